@@ -1,0 +1,3 @@
+module vroce.dev
+
+go 1.26

@@ -1,0 +1,18 @@
+// Package wire is the RoCEv2 packet codec: the InfiniBand base transport
+// header (BTH), the extended transport headers (RETH, AETH, DETH, ImmDt,
+// IETH, AtomicETH, AtomicAckETH), the RC and UD opcodes, pad counts and the
+// invariant CRC (ICRC) exactly as Linux rdma_rxe computes it.
+//
+// The package has no state and does no I/O. Decoding never allocates and
+// never panics: hostile bytes produce a *ParseError. Encoding writes into a
+// buffer the caller owns, so the transport can build packets straight into
+// a provider's send buffers.
+//
+// A RoCEv2 packet, as carried in a UDP datagram to port 4791, is
+//
+//	BTH | extension headers (by opcode) | payload | pad (0-3) | ICRC (4)
+//
+// Parse splits such a datagram into a Packet; Packet.EncodeHeaders writes
+// the headers of one; SealICRC and CheckICRC compute the trailer over the
+// datagram and the IP/UDP headers it travelled in.
+package wire

@@ -1,0 +1,158 @@
+package wire
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"net/netip"
+)
+
+// The ICRC is CRC-32 (IEEE) over a pseudo packet: eight 0xFF bytes standing
+// for the InfiniBand LRH, then the IP header, UDP header and BTH with their
+// variant fields set to all ones, then the rest of the packet up to the
+// ICRC. It is sent little-endian. This is exactly rdma_rxe's rxe_icrc_hdr;
+// the captures in shared/rxe-pcaps check it byte for byte.
+
+const (
+	pseudoLRHLen = 8
+	ipv4HdrLen   = 20
+	ipv6HdrLen   = 40
+	udpHdrLen    = 8
+	maxIPHdrLen  = 60
+	ipv4DF       = 0x4000
+	protoUDP     = 17
+)
+
+// ICRC computes the ICRC of pkt (BTH to ICRC inclusive, the last four bytes
+// not read) as it travelled in the given IP and UDP headers.
+func ICRC(ipHdr, udpHdr, pkt []byte) (uint32, bool) {
+	if len(pkt) < BTHLen+ICRCLen || len(udpHdr) < udpHdrLen || len(ipHdr) == 0 || len(ipHdr) > maxIPHdrLen {
+		return 0, false
+	}
+	var buf [pseudoLRHLen + maxIPHdrLen + udpHdrLen + BTHLen]byte
+	n := copy(buf[:], allOnes[:pseudoLRHLen])
+	ip := buf[n : n+len(ipHdr)]
+	copy(ip, ipHdr)
+	switch ipHdr[0] >> 4 {
+	case 4:
+		if len(ipHdr) < ipv4HdrLen {
+			return 0, false
+		}
+		ip[1] = 0xff                // TOS
+		ip[8] = 0xff                // TTL
+		ip[10], ip[11] = 0xff, 0xff // header checksum
+	case 6:
+		if len(ipHdr) != ipv6HdrLen {
+			return 0, false
+		}
+		ip[0] |= 0x0f                          // traffic class (high nibble)
+		ip[1], ip[2], ip[3] = 0xff, 0xff, 0xff // traffic class, flow label
+		ip[7] = 0xff                           // hop limit
+	default:
+		return 0, false
+	}
+	n += len(ipHdr)
+	n += copy(buf[n:], udpHdr[:udpHdrLen])
+	buf[n-2], buf[n-1] = 0xff, 0xff // UDP checksum
+	n += copy(buf[n:], pkt[:BTHLen])
+	buf[n-BTHLen+4] = 0xff // BTH resv8a
+	crc := updatePrefix(0, &buf, n)
+	return crc32.Update(crc, crc32.IEEETable, pkt[BTHLen:len(pkt)-ICRCLen]), true
+}
+
+// updatePrefix runs the CRC over the masked headers byte by byte: handing a
+// stack buffer to crc32.Update would move it to the heap on every packet.
+func updatePrefix(crc uint32, b *[pseudoLRHLen + maxIPHdrLen + udpHdrLen + BTHLen]byte, n int) uint32 {
+	crc = ^crc
+	for _, v := range b[:n] {
+		crc = crc32.IEEETable[byte(crc)^v] ^ crc>>8
+	}
+	return ^crc
+}
+
+var allOnes = [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+// Flow is the UDP/IP path a packet takes: what the ICRC covers of the
+// headers a plain UDP socket neither shows nor lets us write.
+//
+// A UDP socket hides the IP header. Its variant fields (TOS, TTL, checksum,
+// flow label) are masked out of the ICRC anyway; the invariant ones are
+// rebuilt here: version, lengths, protocol and addresses from the datagram
+// itself, and for IPv4 an ID of zero with DF set. That holds because the
+// udp provider sends from an unconnected socket with IP_PMTUDISC_DO, for
+// which Linux sends IP ID 0 (as rxe expects of a user-space sender); a
+// receiver that rebuilt the wrong ID would only drop the packet, never
+// accept a corrupt one. The UDP checksum, which we always set (rxe sends
+// zero), covers the payload a second time.
+type Flow struct {
+	Src, Dst netip.AddrPort
+}
+
+// Headers writes the IP and UDP headers of a datagram of n bytes on f into
+// b, as the udp provider's socket sends them (checksums left zero), and
+// returns the two slices. ok is false when the addresses are not both IPv4
+// or both IPv6. Captures of a provider that has no headers record these.
+func (f Flow) Headers(b *[MaxHeaderSpace]byte, n int) (ip, udp []byte, ok bool) {
+	src, dst := f.Src.Addr().Unmap(), f.Dst.Addr().Unmap()
+	switch {
+	case src.Is4() && dst.Is4():
+		ip = b[:ipv4HdrLen]
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4HdrLen+udpHdrLen+n))
+		binary.BigEndian.PutUint16(ip[6:], ipv4DF)
+		ip[9] = protoUDP
+		s, d := src.As4(), dst.As4()
+		copy(ip[12:], s[:])
+		copy(ip[16:], d[:])
+	case src.Is6() && dst.Is6():
+		ip = b[:ipv6HdrLen]
+		ip[0] = 0x60
+		binary.BigEndian.PutUint16(ip[4:], uint16(udpHdrLen+n))
+		ip[6] = protoUDP
+		s, d := src.As16(), dst.As16()
+		copy(ip[8:], s[:])
+		copy(ip[24:], d[:])
+	default:
+		return nil, nil, false
+	}
+	udp = b[len(ip) : len(ip)+udpHdrLen]
+	binary.BigEndian.PutUint16(udp, f.Src.Port())
+	binary.BigEndian.PutUint16(udp[2:], f.Dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(udpHdrLen+n))
+	return ip, udp, true
+}
+
+// ICRC computes pkt's ICRC as sent on f.
+func (f Flow) ICRC(pkt []byte) (uint32, bool) {
+	var b [MaxHeaderSpace]byte
+	ip, udp, ok := f.Headers(&b, len(pkt))
+	if !ok {
+		return 0, false
+	}
+	return ICRC(ip, udp, pkt)
+}
+
+// Seal writes pkt's ICRC into its last four bytes. It reports false when f
+// mixes address families or pkt is too short.
+func (f Flow) Seal(pkt []byte) bool {
+	crc, ok := f.ICRC(pkt)
+	if ok {
+		binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], crc)
+	}
+	return ok
+}
+
+// Check reports whether pkt's ICRC is right for f.
+func (f Flow) Check(pkt []byte) bool {
+	crc, ok := f.ICRC(pkt)
+	return ok && binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]) == crc
+}
+
+// CheckICRC reports whether pkt's ICRC is right for the IP and UDP headers
+// it arrived in (for providers that see whole frames, and for captures).
+func CheckICRC(ipHdr, udpHdr, pkt []byte) bool {
+	crc, ok := ICRC(ipHdr, udpHdr, pkt)
+	return ok && binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]) == crc
+}
+
+// MaxHeaderSpace is the size of the buffer Flow.UDPHeaders needs.
+const MaxHeaderSpace = ipv6HdrLen + udpHdrLen
