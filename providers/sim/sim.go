@@ -1,0 +1,465 @@
+// Package sim is an in-process network for tests and experiments: devices
+// attach to a Network by address and exchange packets through it, with
+// seeded, reproducible loss, reordering, duplication, corruption, delay, a
+// rate-limited bottleneck per receiver, and partitions. Nothing leaves the
+// process.
+//
+//	net := sim.NewNetwork(sim.Config{Seed: 1, Loss: 0.01})
+//	defer net.Close()
+//	dev, err := vroce.Open(vroce.Config{Provider: "sim", Addr: "127.0.0.1:4791", ProviderOptions: net})
+//
+// Importing the package registers the provider "sim". Without a *Network in
+// ProviderOptions, devices share one process-wide fault-free network.
+package sim
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"vroce.dev/vroce"
+)
+
+func init() {
+	vroce.RegisterProvider("sim", func(cfg vroce.ProviderConfig) (vroce.Provider, error) {
+		n, _ := cfg.Options.(*Network)
+		if n == nil && cfg.Options != nil {
+			return nil, fmt.Errorf("sim: ProviderOptions is %T, want *sim.Network", cfg.Options)
+		}
+		if n == nil {
+			n = defaultNetwork()
+		}
+		var addr netip.AddrPort
+		if cfg.Addr != "" {
+			a, err := netip.ParseAddrPort(cfg.Addr)
+			if err != nil {
+				return nil, fmt.Errorf("sim: address %q: %w", cfg.Addr, err)
+			}
+			addr = a
+		}
+		return n.Attach(addr)
+	})
+}
+
+var (
+	defaultOnce sync.Once
+	defaultNet  *Network
+)
+
+func defaultNetwork() *Network {
+	defaultOnce.Do(func() { defaultNet = NewNetwork(Config{}) })
+	return defaultNet
+}
+
+// Config sets a network's faults. Probabilities are fractions (0.01 is 1%)
+// applied to each packet independently, drawn from a generator seeded
+// with Seed, so a run's fault decisions repeat.
+type Config struct {
+	Seed      uint64
+	Loss      float64
+	Reorder   float64 // share of packets held back so later ones overtake
+	Duplicate float64
+	Corrupt   float64 // share of packets with one bit flipped
+	Delay     time.Duration
+	Jitter    time.Duration // uniform extra delay in [0, Jitter)
+	// Rate limits each receiver's incoming link, in bytes per second;
+	// packets beyond QueueBytes of backlog are dropped (a tail-drop
+	// bottleneck queue). 0 is unlimited.
+	Rate       float64
+	QueueBytes int
+	// MTU is the largest datagram the network carries; 0 means 4,200,
+	// enough for a 4,096-byte path MTU.
+	MTU int
+}
+
+// Stats count what the network did to packets.
+type Stats struct {
+	Sent, Delivered, Lost, Duplicated, Corrupted, Reordered, QueueDrops, Partitioned, Oversize uint64
+}
+
+// Network is a simulated network. It is safe for concurrent use.
+type Network struct {
+	mu         sync.Mutex
+	cfg        Config
+	rng        *rand.Rand
+	eps        map[netip.AddrPort]*Endpoint
+	nextAuto   uint32
+	cut        map[[2]netip.Addr]bool
+	pending    deliveryHeap
+	seq        uint64
+	running    bool // the delivery goroutine is running
+	wake       chan struct{}
+	closed     bool
+	stats      Stats
+	delivering sync.WaitGroup
+}
+
+// NewNetwork creates a network with the given faults.
+func NewNetwork(cfg Config) *Network {
+	n := &Network{eps: map[netip.AddrPort]*Endpoint{}, cut: map[[2]netip.Addr]bool{}, wake: make(chan struct{}, 1)}
+	n.SetConfig(cfg)
+	return n
+}
+
+// SetConfig changes the faults from now on and reseeds the generator.
+func (n *Network) SetConfig(cfg Config) {
+	if cfg.MTU == 0 {
+		cfg.MTU = 4200
+	}
+	if cfg.QueueBytes == 0 {
+		cfg.QueueBytes = 1 << 20
+	}
+	n.mu.Lock()
+	n.cfg = cfg
+	n.rng = rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	n.mu.Unlock()
+}
+
+// Stats returns the network's counters.
+func (n *Network) Stats() Stats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stats
+}
+
+// Partition drops every packet between addresses a and b, both ways, until
+// Heal.
+func (n *Network) Partition(a, b netip.Addr) {
+	n.mu.Lock()
+	n.cut[[2]netip.Addr{a, b}], n.cut[[2]netip.Addr{b, a}] = true, true
+	n.mu.Unlock()
+}
+
+// Heal ends every partition.
+func (n *Network) Heal() {
+	n.mu.Lock()
+	clear(n.cut)
+	n.mu.Unlock()
+}
+
+// Close detaches every endpoint and drops packets in flight.
+func (n *Network) Close() {
+	n.mu.Lock()
+	n.closed = true
+	eps := make([]*Endpoint, 0, len(n.eps))
+	for _, ep := range n.eps {
+		eps = append(eps, ep)
+	}
+	n.pending = nil
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+	for _, ep := range eps {
+		ep.Close()
+	}
+	n.delivering.Wait()
+}
+
+// Attach adds an endpoint at addr (an unused loopback address when addr is
+// the zero value) and returns it as a vroce.Provider.
+func (n *Network) Attach(addr netip.AddrPort) (*Endpoint, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil, net.ErrClosed
+	}
+	if !addr.IsValid() {
+		for {
+			n.nextAuto++
+			addr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 77, byte(n.nextAuto >> 8), byte(n.nextAuto)}), 4791)
+			if n.eps[addr] == nil {
+				break
+			}
+		}
+	}
+	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	if addr.Addr().IsUnspecified() || addr.Port() == 0 {
+		return nil, fmt.Errorf("sim: attach: %v needs a specific address and port", addr)
+	}
+	if n.eps[addr] != nil {
+		return nil, fmt.Errorf("sim: attach: address %v in use", addr)
+	}
+	ep := &Endpoint{net: n, addr: addr, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	n.eps[addr] = ep
+	return ep, nil
+}
+
+type delivery struct {
+	at   time.Time
+	seq  uint64
+	to   *Endpoint
+	data []byte
+	from netip.AddrPort
+}
+
+type deliveryHeap []delivery
+
+func (h deliveryHeap) Len() int { return len(h) }
+func (h deliveryHeap) Less(i, j int) bool {
+	return h[i].at.Before(h[j].at) || (h[i].at.Equal(h[j].at) && h[i].seq < h[j].seq)
+}
+func (h deliveryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *deliveryHeap) Push(x any)   { *h = append(*h, x.(delivery)) }
+func (h *deliveryHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return d
+}
+
+// send applies the network's faults to one packet from src.
+func (n *Network) send(src *Endpoint, pkt vroce.Packet) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return net.ErrClosed
+	}
+	n.stats.Sent++
+	dst := n.eps[netip.AddrPortFrom(pkt.Addr.Addr().Unmap(), pkt.Addr.Port())]
+	c := &n.cfg
+	switch {
+	case dst == nil:
+		n.stats.Lost++
+		return nil
+	case n.cut[[2]netip.Addr{src.addr.Addr(), dst.addr.Addr()}]:
+		n.stats.Partitioned++
+		return nil
+	case len(pkt.Data) > c.MTU:
+		n.stats.Oversize++
+		return nil
+	case c.Loss > 0 && n.rng.Float64() < c.Loss:
+		n.stats.Lost++
+		return nil
+	}
+	copies := 1
+	if c.Duplicate > 0 && n.rng.Float64() < c.Duplicate {
+		copies = 2
+		n.stats.Duplicated++
+	}
+	now := time.Now()
+	for i := 0; i < copies; i++ {
+		data := getBuf(len(pkt.Data))
+		copy(data, pkt.Data)
+		if c.Corrupt > 0 && n.rng.Float64() < c.Corrupt {
+			bit := n.rng.IntN(len(data) * 8)
+			data[bit/8] ^= 1 << (bit % 8)
+			n.stats.Corrupted++
+		}
+		delay := c.Delay
+		if c.Jitter > 0 {
+			delay += time.Duration(n.rng.Int64N(int64(c.Jitter)))
+		}
+		if c.Reorder > 0 && n.rng.Float64() < c.Reorder {
+			delay += max(c.Delay, 50*time.Microsecond)
+			n.stats.Reordered++
+		}
+		if c.Rate > 0 {
+			start := now
+			if dst.linkFree.After(start) {
+				start = dst.linkFree
+			}
+			if start.Sub(now).Seconds()*c.Rate > float64(c.QueueBytes) {
+				n.stats.QueueDrops++
+				putBuf(data)
+				continue
+			}
+			dst.linkFree = start.Add(time.Duration(float64(len(data)) / c.Rate * 1e9))
+			delay += dst.linkFree.Sub(now)
+		}
+		if delay <= 0 {
+			dst.enqueue(data, src.addr)
+			n.stats.Delivered++
+			continue
+		}
+		n.seq++
+		heap.Push(&n.pending, delivery{at: now.Add(delay), seq: n.seq, to: dst, data: data, from: src.addr})
+		if !n.running {
+			n.running = true
+			n.delivering.Add(1)
+			go n.deliverLoop()
+		} else if n.pending[0].seq == n.seq {
+			select {
+			case n.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return nil
+}
+
+// deliverLoop hands delayed packets over on time; it runs only while
+// packets are pending.
+func (n *Network) deliverLoop() {
+	defer n.delivering.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		n.mu.Lock()
+		now := time.Now()
+		for len(n.pending) > 0 && !n.pending[0].at.After(now) {
+			d := heap.Pop(&n.pending).(delivery)
+			d.to.enqueue(d.data, d.from)
+			n.stats.Delivered++
+		}
+		if len(n.pending) == 0 || n.closed {
+			n.running = false
+			n.mu.Unlock()
+			return
+		}
+		wait := n.pending[0].at.Sub(now)
+		n.mu.Unlock()
+		t.Reset(wait)
+		select {
+		case <-t.C:
+		case <-n.wake:
+		}
+	}
+}
+
+// Endpoint is one device's attachment to a Network; it implements
+// vroce.Provider.
+type Endpoint struct {
+	net      *Network
+	addr     netip.AddrPort
+	linkFree time.Time // guarded by net.mu: when the incoming link is idle
+
+	mu      sync.Mutex
+	queue   []queued
+	ready   chan struct{}
+	done    chan struct{}
+	closed  atomic.Bool
+	dropped atomic.Uint64
+}
+
+type queued struct {
+	data []byte
+	from netip.AddrPort
+}
+
+// receiveQueueLimit is an endpoint's receive buffer, in packets, like a
+// socket's: beyond it arrivals are dropped.
+const receiveQueueLimit = 8192
+
+func (ep *Endpoint) enqueue(data []byte, from netip.AddrPort) {
+	ep.mu.Lock()
+	if ep.closed.Load() || len(ep.queue) >= receiveQueueLimit {
+		ep.mu.Unlock()
+		ep.dropped.Add(1)
+		putBuf(data)
+		return
+	}
+	ep.queue = append(ep.queue, queued{data, from})
+	ep.mu.Unlock()
+	select {
+	case ep.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Recv implements vroce.Provider.
+func (ep *Endpoint) Recv(pkts []vroce.Packet) (int, error) {
+	for {
+		ep.mu.Lock()
+		n := 0
+		for n < len(pkts) && n < len(ep.queue) {
+			q := ep.queue[n]
+			pkts[n].Data = pkts[n].Data[:copy(pkts[n].Data[:cap(pkts[n].Data)], q.data)]
+			pkts[n].Addr = q.from
+			putBuf(q.data)
+			ep.queue[n] = queued{}
+			n++
+		}
+		ep.queue = ep.queue[n:]
+		if len(ep.queue) == 0 {
+			ep.queue = ep.queue[:0:0]
+		}
+		more := len(ep.queue) > 0
+		ep.mu.Unlock()
+		if more {
+			select {
+			case ep.ready <- struct{}{}:
+			default:
+			}
+		}
+		if n > 0 {
+			return n, nil
+		}
+		if ep.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		select {
+		case <-ep.ready:
+		case <-ep.done:
+		}
+	}
+}
+
+// Send implements vroce.Provider.
+func (ep *Endpoint) Send(pkts []vroce.Packet) error {
+	if ep.closed.Load() {
+		return net.ErrClosed
+	}
+	for _, p := range pkts {
+		if err := ep.net.send(ep, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LocalAddr implements vroce.Provider.
+func (ep *Endpoint) LocalAddr() netip.AddrPort { return ep.addr }
+
+// MTU implements vroce.Provider.
+func (ep *Endpoint) MTU() int {
+	ep.net.mu.Lock()
+	defer ep.net.mu.Unlock()
+	return ep.net.cfg.MTU
+}
+
+// BatchSize implements vroce.Provider.
+func (ep *Endpoint) BatchSize() int { return 32 }
+
+// Close implements vroce.Provider: the address becomes free again.
+func (ep *Endpoint) Close() error {
+	if ep.closed.Swap(true) {
+		return nil
+	}
+	close(ep.done)
+	n := ep.net
+	n.mu.Lock()
+	if n.eps[ep.addr] == ep {
+		delete(n.eps, ep.addr)
+	}
+	n.mu.Unlock()
+	ep.mu.Lock()
+	for _, q := range ep.queue {
+		putBuf(q.data)
+	}
+	ep.queue = nil
+	ep.mu.Unlock()
+	return nil
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, vroce.MaxPacketSize); return &b }}
+
+func getBuf(n int) []byte {
+	if n > vroce.MaxPacketSize {
+		return make([]byte, n)
+	}
+	return (*bufPool.Get().(*[]byte))[:n]
+}
+
+func putBuf(b []byte) {
+	if cap(b) == vroce.MaxPacketSize {
+		b = b[:cap(b)]
+		bufPool.Put(&b)
+	}
+}

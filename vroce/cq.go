@@ -1,0 +1,181 @@
+package vroce
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// CQ is a completion queue (ibv_cq). Its ring grows with use up to the
+// depth it was created with, so a deep, idle CQ costs little. A completion
+// that finds the CQ full is an overflow: the CQ enters an error state, the
+// device reports EventCQErr and Poll returns ErrCQOverflow after the
+// completions it holds. Completions are never dropped silently.
+type CQ struct {
+	dev   *Device
+	depth int
+
+	mu       sync.Mutex
+	ring     []WorkCompletion
+	head, n  int
+	overflow bool
+	users    int           // QPs and SRQs attached
+	waiters  chan struct{} // closed when a completion arrives; nil if none wait
+	gone     bool
+}
+
+// CreateCQ creates a completion queue that holds up to depth completions.
+func (d *Device) CreateCQ(depth int) (*CQ, error) {
+	if depth < 1 {
+		return nil, invalidf("create CQ: depth %d must be at least 1", depth)
+	}
+	if err := checkLimit("create CQ", "max_cqe", depth, d.attr.MaxCQE); err != nil {
+		return nil, err
+	}
+	if err := d.reserve("create CQ", "max_cq", &d.count.cq, d.attr.MaxCQ); err != nil {
+		return nil, err
+	}
+	return &CQ{dev: d, depth: depth}, nil
+}
+
+// Depth is the number of completions the CQ holds.
+func (cq *CQ) Depth() int { return cq.depth }
+
+// Destroy frees the CQ; it fails with ErrBusy while QPs use it.
+func (cq *CQ) Destroy() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.gone {
+		return ErrClosed
+	}
+	if cq.users > 0 {
+		return fmt.Errorf("vroce: destroy CQ: %d QPs still use it: %w", cq.users, ErrBusy)
+	}
+	cq.gone = true
+	cq.ring = nil
+	cq.dev.release(&cq.dev.count.cq)
+	return nil
+}
+
+func (cq *CQ) attach() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.gone {
+		return fmt.Errorf("vroce: CQ destroyed: %w", ErrClosed)
+	}
+	cq.users++
+	return nil
+}
+
+func (cq *CQ) detach() {
+	cq.mu.Lock()
+	cq.users--
+	cq.mu.Unlock()
+}
+
+// push adds a completion. It reports false on overflow.
+func (cq *CQ) push(wc *WorkCompletion) bool {
+	cq.mu.Lock()
+	if cq.overflow || cq.gone {
+		cq.mu.Unlock()
+		return false
+	}
+	if cq.n == cq.depth {
+		cq.overflow = true
+		cq.wakeLocked()
+		cq.mu.Unlock()
+		cq.dev.events.push(AsyncEvent{Type: EventCQErr, CQ: cq})
+		return false
+	}
+	if cq.n == len(cq.ring) {
+		cq.grow()
+	}
+	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
+	cq.n++
+	cq.wakeLocked()
+	cq.mu.Unlock()
+	return true
+}
+
+func (cq *CQ) grow() {
+	size := min(max(2*len(cq.ring), 16), cq.depth)
+	ring := make([]WorkCompletion, size)
+	for i := 0; i < cq.n; i++ {
+		ring[i] = cq.ring[(cq.head+i)%len(cq.ring)]
+	}
+	cq.ring, cq.head = ring, 0
+}
+
+func (cq *CQ) wakeLocked() {
+	if cq.waiters != nil {
+		close(cq.waiters)
+		cq.waiters = nil
+	}
+}
+
+// Poll moves up to len(wc) completions into wc, oldest first, and returns
+// how many (ibv_poll_cq). Once the CQ has overflowed and is empty it
+// returns ErrCQOverflow.
+func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	n := 0
+	for n < len(wc) && cq.n > 0 {
+		wc[n] = cq.ring[cq.head]
+		cq.head = (cq.head + 1) % len(cq.ring)
+		cq.n--
+		n++
+	}
+	if n == 0 && cq.overflow {
+		return 0, ErrCQOverflow
+	}
+	if n == 0 && cq.gone {
+		return 0, ErrClosed
+	}
+	return n, nil
+}
+
+// Wait blocks until the CQ holds a completion, has overflowed, or ctx ends
+// (a completion channel and ibv_req_notify_cq in one call).
+func (cq *CQ) Wait(ctx context.Context) error {
+	for {
+		cq.mu.Lock()
+		switch {
+		case cq.n > 0:
+			cq.mu.Unlock()
+			return nil
+		case cq.overflow:
+			cq.mu.Unlock()
+			return ErrCQOverflow
+		case cq.gone:
+			cq.mu.Unlock()
+			return ErrClosed
+		}
+		if cq.waiters == nil {
+			cq.waiters = make(chan struct{})
+		}
+		ch := cq.waiters
+		cq.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-cq.dev.done:
+			return ErrClosed
+		}
+	}
+}
+
+// PollWait polls, waiting first if the CQ is empty: the usual loop body of
+// a program that blocks for completions.
+func (cq *CQ) PollWait(ctx context.Context, wc []WorkCompletion) (int, error) {
+	for {
+		n, err := cq.Poll(wc)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return 0, err
+		}
+	}
+}

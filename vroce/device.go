@@ -1,0 +1,462 @@
+package vroce
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"vroce.dev/vroce/wire"
+)
+
+// Config opens a device.
+type Config struct {
+	// Provider names the packet I/O: "udp" (default), "sim", "afxdp",
+	// "plugin:PATH". Empty means $VROCE_PROVIDER, then "udp".
+	Provider string
+	// Addr is the local address, "host:port"; the port is the device's
+	// RoCEv2 UDP port (4791 unless several devices share a host).
+	Addr string
+	// ProviderOptions are passed to the provider (see its package).
+	ProviderOptions any
+	// MaxQP is max_qp_num, from the instance size; 0 means 262,144.
+	MaxQP int
+	// MTU caps the active path MTU (256-4096); 0 derives it from the link.
+	MTU MTU
+	// PcapPath records every frame sent and received to a pcap file;
+	// empty means $VROCE_PCAP (unset: no capture).
+	PcapPath string
+}
+
+// Device is an open vRoCE device: the verbs context (ibv_context) and the
+// transport engine behind it. Its goroutines (one receiving, one running
+// timers) serve every QP; Close stops them.
+type Device struct {
+	prov  Provider
+	attr  DeviceAttr
+	local netip.AddrPort
+	epoch time.Time
+
+	mu     sync.Mutex // guards the resource tables and counts below
+	closed bool
+	count  struct{ qp, cq, mr, pd, srq int }
+	qps    map[uint32]*QP
+	mrs    map[uint32]*MR
+
+	qpTable sync.Map // qpn -> *QP, read by the receive path without locks
+	mrTable sync.Map // key -> *MR, read by every access check without locks
+
+	atomicMu sync.Mutex // remote atomics execute one at a time per device
+	timers   timerQueue
+	events   eventQueue
+	pcap     *pcapRecorder
+	batches  sync.Pool
+	stats    deviceCounters
+	done     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// Open opens a device on the provider cfg names.
+func Open(cfg Config) (*Device, error) {
+	p, err := openProvider(cfg.Provider, ProviderConfig{Addr: cfg.Addr, Options: cfg.ProviderOptions})
+	if err != nil {
+		return nil, err
+	}
+	d, err := OpenWithProvider(p, cfg)
+	if err != nil {
+		p.Close()
+	}
+	return d, err
+}
+
+// OpenWithProvider opens a device on a provider the caller created. The
+// device owns p from then on and closes it.
+func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
+	maxQP := cfg.MaxQP
+	if maxQP == 0 {
+		maxQP = DefaultMaxQP
+	}
+	if maxQP < 0 || maxQP > 1<<23 {
+		return nil, invalidf("open: max_qp %d out of range 1-%d", maxQP, 1<<23)
+	}
+	mtu := mtuForLink(p.MTU())
+	if cfg.MTU != 0 {
+		if !cfg.MTU.Valid() {
+			return nil, invalidf("open: MTU %d is not one of 256, 512, 1024, 2048, 4096", cfg.MTU)
+		}
+		mtu = min(mtu, cfg.MTU)
+	}
+	d := &Device{
+		prov:  p,
+		attr:  deviceAttr(maxQP, mtu),
+		local: p.LocalAddr(),
+		epoch: time.Now(),
+		qps:   map[uint32]*QP{},
+		mrs:   map[uint32]*MR{},
+		done:  make(chan struct{}),
+	}
+	d.timers.wake = make(chan struct{}, 1)
+	d.events.init()
+	d.batches.New = func() any { return newTxBatch(p.BatchSize()) }
+	path := cfg.PcapPath
+	if path == "" {
+		path = os.Getenv("VROCE_PCAP")
+	}
+	if path != "" {
+		rec, err := newPcapRecorder(path)
+		if err != nil {
+			return nil, fmt.Errorf("vroce: open: %w", err)
+		}
+		d.pcap = rec
+	}
+	d.wg.Add(2)
+	go d.rxLoop()
+	go d.timerLoop()
+	return d, nil
+}
+
+// Attr returns the device's limits.
+func (d *Device) Attr() DeviceAttr { return d.attr }
+
+// LocalAddr is the address peers reach this device at.
+func (d *Device) LocalAddr() netip.AddrPort { return d.local }
+
+// Close destroys every object of the device, stops its goroutines and
+// closes the provider. Outstanding work is flushed first.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	qps := make([]*QP, 0, len(d.qps))
+	for _, qp := range d.qps {
+		qps = append(qps, qp)
+	}
+	d.mu.Unlock()
+	for _, qp := range qps {
+		qp.mu.Lock()
+		qp.toErrorLocked()
+		qp.mu.Unlock()
+	}
+	close(d.done)
+	err := d.prov.Close()
+	d.wg.Wait()
+	d.events.close()
+	if d.pcap != nil {
+		if perr := d.pcap.close(); err == nil {
+			err = perr
+		}
+	}
+	return err
+}
+
+func (d *Device) isClosed() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// now is the device clock: monotonic nanoseconds since Open.
+func (d *Device) now() int64 { return int64(time.Since(d.epoch)) }
+
+// reserve counts one more object against a limit, or fails with a
+// *LimitError naming it.
+func (d *Device) reserve(op, limit string, n *int, max int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrClosed
+	}
+	if err := checkLimit(op, limit, *n+1, max); err != nil {
+		return err
+	}
+	*n++
+	return nil
+}
+
+func (d *Device) release(n *int) {
+	d.mu.Lock()
+	*n--
+	d.mu.Unlock()
+}
+
+// random32 returns a random value from the system's secure source: keys,
+// QPNs and PSNs must be unguessable (the ReDMArk threat model).
+func random32() uint32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("vroce: no system randomness: " + err.Error())
+	}
+	return binary.LittleEndian.Uint32(b[:])
+}
+
+// flowTo returns the UDP/IP flow from this device to dst, resolving the
+// source address through the routing table when the device listens on all
+// addresses (a UDP connect sends nothing).
+func (d *Device) flowTo(dst netip.AddrPort) (wire.Flow, error) {
+	if !dst.IsValid() || dst.Port() == 0 {
+		return wire.Flow{}, invalidf("destination %v is not an address with a port", dst)
+	}
+	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	src := d.local.Addr().Unmap()
+	if !src.IsUnspecified() {
+		if src.Is4() != dst.Addr().Is4() {
+			return wire.Flow{}, invalidf("destination %v: this device has address family of %v", dst, d.local)
+		}
+		return wire.Flow{Src: netip.AddrPortFrom(src, d.local.Port()), Dst: dst}, nil
+	}
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+	if err != nil {
+		return wire.Flow{}, fmt.Errorf("vroce: no route to %v: %w", dst, err)
+	}
+	defer c.Close()
+	la := c.LocalAddr().(*net.UDPAddr).AddrPort()
+	return wire.Flow{Src: netip.AddrPortFrom(la.Addr().Unmap(), d.local.Port()), Dst: dst}, nil
+}
+
+// rxLoop receives batches, hands every packet to its QP, then sends the
+// ACKs and responses the batch produced in one batch.
+func (d *Device) rxLoop() {
+	defer d.wg.Done()
+	n := max(d.prov.BatchSize(), 1)
+	pkts := make([]Packet, n)
+	bufs := make([]byte, n*MaxPacketSize)
+	out := d.getBatch()
+	defer d.putBatch(out)
+	for {
+		for i := range pkts {
+			pkts[i].Data = bufs[i*MaxPacketSize : (i+1)*MaxPacketSize]
+		}
+		got, err := d.prov.Recv(pkts)
+		if err != nil {
+			if d.isClosed() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			d.stats.rxErrors.Add(1)
+			continue
+		}
+		for i := range pkts[:got] {
+			d.receive(&pkts[i], out)
+		}
+		for i, qp := range out.acks {
+			qp.sendOwedAck(out)
+			out.acks[i] = nil
+		}
+		out.acks = out.acks[:0]
+		d.flush(out)
+	}
+}
+
+// receive checks one packet and hands it to the QP it is for.
+func (d *Device) receive(pkt *Packet, out *txBatch) {
+	d.stats.rxPackets.Add(1)
+	if d.pcap != nil {
+		d.pcap.record(wire.Flow{Src: pkt.Addr, Dst: d.local}, pkt.Data)
+	}
+	var p wire.Packet
+	if err := wire.Parse(&p, pkt.Data); err != nil {
+		d.stats.rxMalformed.Add(1)
+		return
+	}
+	v, ok := d.qpTable.Load(p.BTH.DestQP)
+	if !ok {
+		d.stats.rxNoQP.Add(1)
+		return
+	}
+	qp := v.(*QP)
+	if !d.checkICRC(pkt, qp) {
+		d.stats.rxBadICRC.Add(1)
+		return
+	}
+	qp.receive(&p, pkt.Addr, out)
+}
+
+// checkICRC verifies the ICRC over headers rebuilt from the addresses (see
+// wire.Flow). A device listening on all addresses does not learn which of
+// its addresses a datagram was sent to; for an RC QP it is the address the
+// QP's flow uses, for UD it cannot be known and the UDP checksum, which
+// every vRoCE sender sets, is what guards the payload.
+func (d *Device) checkICRC(pkt *Packet, qp *QP) bool {
+	dst := d.local
+	if dst.Addr().IsUnspecified() {
+		src := qp.flowSrc()
+		if !src.IsValid() {
+			return true
+		}
+		dst = src
+	}
+	return wire.Flow{Src: pkt.Addr, Dst: dst}.Check(pkt.Data)
+}
+
+func (d *Device) getBatch() *txBatch  { return d.batches.Get().(*txBatch) }
+func (d *Device) putBatch(b *txBatch) { b.reset(); d.batches.Put(b) }
+
+// flush sends what b holds.
+func (d *Device) flush(b *txBatch) {
+	if len(b.pkts) == 0 {
+		return
+	}
+	if d.pcap != nil {
+		for i := range b.pkts {
+			d.pcap.record(b.flows[i], b.pkts[i].Data)
+		}
+	}
+	d.stats.txPackets.Add(uint64(len(b.pkts)))
+	if err := d.prov.Send(b.pkts); err != nil {
+		d.stats.txErrors.Add(1)
+	}
+	b.reset()
+}
+
+// txBatch collects packets to send in one provider call. Its buffers are
+// allocated once and reused: building a packet allocates nothing.
+type txBatch struct {
+	pkts  []Packet
+	flows []wire.Flow
+	bufs  [][]byte
+	acks  []*QP // receive batches only: QPs owing a coalesced ACK
+}
+
+func newTxBatch(n int) *txBatch {
+	n = max(n, 1)
+	return &txBatch{pkts: make([]Packet, 0, n), flows: make([]wire.Flow, 0, n), bufs: make([][]byte, n)}
+}
+
+func (b *txBatch) full() bool { return len(b.pkts) == cap(b.pkts) }
+
+func (b *txBatch) reset() {
+	b.pkts = b.pkts[:0]
+	b.flows = b.flows[:0]
+}
+
+// buf returns the buffer for the next packet; the caller must not hold a
+// full batch (flush first).
+func (b *txBatch) buf() []byte {
+	i := len(b.pkts)
+	if b.bufs[i] == nil {
+		b.bufs[i] = make([]byte, MaxPacketSize)
+	}
+	return b.bufs[i]
+}
+
+// add seals the packet of length n built in buf() and queues it on flow.
+func (b *txBatch) add(flow wire.Flow, n int) {
+	data := b.bufs[len(b.pkts)][:n]
+	flow.Seal(data)
+	b.pkts = append(b.pkts, Packet{Data: data, Addr: flow.Dst})
+	b.flows = append(b.flows, flow)
+}
+
+// EventType is the kind of an asynchronous event (ibv_event_type).
+type EventType uint8
+
+// Asynchronous events.
+const (
+	EventCQErr EventType = iota
+	EventQPFatal
+	EventQPReqErr
+	EventQPAccessErr
+	EventCommEst
+	EventSQDrained
+	EventQPLastWQEReached
+	EventSRQLimitReached
+	EventDeviceFatal
+)
+
+var eventNames = [...]string{"CQ error", "QP fatal", "QP request error", "QP access error", "communication established", "SQ drained", "last WQE reached", "SRQ limit reached", "device fatal"}
+
+func (t EventType) String() string {
+	if int(t) < len(eventNames) {
+		return eventNames[t]
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+// AsyncEvent is an asynchronous event; the field for its object is set.
+type AsyncEvent struct {
+	Type EventType
+	QP   *QP
+	CQ   *CQ
+	SRQ  *SRQ
+}
+
+const maxQueuedEvents = 1 << 16
+
+type eventQueue struct {
+	mu      sync.Mutex
+	q       []AsyncEvent
+	ready   chan struct{} // holds a token while q is not empty
+	closed  bool
+	dropped atomic.Uint64
+}
+
+func (e *eventQueue) init() { e.ready = make(chan struct{}, 1) }
+
+func (e *eventQueue) push(ev AsyncEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	if len(e.q) >= maxQueuedEvents {
+		e.dropped.Add(1)
+		return
+	}
+	e.q = append(e.q, ev)
+	select {
+	case e.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (e *eventQueue) close() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	select {
+	case e.ready <- struct{}{}:
+	default:
+	}
+}
+
+// AsyncEvent waits for the next asynchronous event (ibv_get_async_event).
+func (d *Device) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	e := &d.events
+	for {
+		e.mu.Lock()
+		if len(e.q) > 0 {
+			ev := e.q[0]
+			e.q = e.q[1:]
+			if len(e.q) > 0 {
+				select {
+				case e.ready <- struct{}{}:
+				default:
+				}
+			}
+			e.mu.Unlock()
+			return ev, nil
+		}
+		closed := e.closed
+		e.mu.Unlock()
+		if closed {
+			return AsyncEvent{}, ErrClosed
+		}
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return AsyncEvent{}, ctx.Err()
+		}
+	}
+}

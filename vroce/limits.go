@@ -1,0 +1,91 @@
+package vroce
+
+// DeviceAttr holds a device's limits: the published vRoCE specification
+// (../shared/SPEC.md) with max_qp from the instance size.
+type DeviceAttr struct {
+	MaxQP        int // max_qp_num
+	MaxCQ        int // 2 x MaxQP
+	MaxMR        int // 2 x MaxQP
+	MaxPD        int
+	MaxSRQ       int
+	MaxQPWR      int // max_send_wr and max_recv_wr
+	MaxSendSGE   int
+	MaxRecvSGE   int
+	MaxCQE       int // max CQ depth
+	MaxSRQWR     int
+	MaxSRQSGE    int
+	MaxInline    int // max_inline_data
+	MaxQPRdAtom  int // outstanding RDMA READ/atomic per QP, each direction
+	MaxMRSize    uint64
+	MaxMsgSize   int // largest message (SEND, WRITE, READ)
+	ActiveMTU    MTU // largest path MTU the provider's link carries
+	MaxBacklogCM int // default max_backlog for the connection manager
+}
+
+// Published limits (SPEC.md).
+const (
+	DefaultMaxQP      = 262144
+	SpecMaxQPWR       = 8191
+	SpecMaxSendSGE    = 12
+	SpecMaxRecvSGE    = 16
+	SpecMaxCQE        = 8388607
+	DefaultMaxBacklog = 1024
+	maxInlineData     = 256
+	maxQPRdAtom       = 128
+	maxMsgSize        = 1 << 31
+)
+
+func deviceAttr(maxQP int, mtu MTU) DeviceAttr {
+	return DeviceAttr{
+		MaxQP:        maxQP,
+		MaxCQ:        2 * maxQP,
+		MaxMR:        2 * maxQP,
+		MaxPD:        maxQP,
+		MaxSRQ:       maxQP,
+		MaxQPWR:      SpecMaxQPWR,
+		MaxSendSGE:   SpecMaxSendSGE,
+		MaxRecvSGE:   SpecMaxRecvSGE,
+		MaxCQE:       SpecMaxCQE,
+		MaxSRQWR:     SpecMaxQPWR,
+		MaxSRQSGE:    SpecMaxRecvSGE,
+		MaxInline:    maxInlineData,
+		MaxQPRdAtom:  maxQPRdAtom,
+		MaxMRSize:    1 << 40,
+		MaxMsgSize:   maxMsgSize,
+		ActiveMTU:    mtu,
+		MaxBacklogCM: DefaultMaxBacklog,
+	}
+}
+
+// MTU is an InfiniBand path MTU: the payload bytes per packet.
+type MTU int
+
+// The path MTUs RoCEv2 allows.
+const (
+	MTU256  MTU = 256
+	MTU512  MTU = 512
+	MTU1024 MTU = 1024
+	MTU2048 MTU = 2048
+	MTU4096 MTU = 4096
+)
+
+// Valid reports whether m is one of the five IB MTUs.
+func (m MTU) Valid() bool {
+	switch m {
+	case MTU256, MTU512, MTU1024, MTU2048, MTU4096:
+		return true
+	}
+	return false
+}
+
+// mtuForLink is the largest IB MTU whose packets fit a link carrying
+// linkMTU bytes of UDP payload (room for the largest header set and ICRC).
+func mtuForLink(linkMTU int) MTU {
+	const overhead = 64 + 4
+	for _, m := range []MTU{MTU4096, MTU2048, MTU1024, MTU512} {
+		if int(m)+overhead <= linkMTU {
+			return m
+		}
+	}
+	return MTU256
+}

@@ -1,0 +1,109 @@
+package vroce
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+	"sync"
+)
+
+// Packet is one datagram crossing a Provider: a whole RoCEv2 packet (BTH to
+// ICRC) and the peer it goes to or came from.
+type Packet struct {
+	// Data holds the packet. On Recv the caller passes buffers of at least
+	// MaxPacketSize bytes and the provider shortens Data to what arrived.
+	Data []byte
+	// Addr is the destination on Send and the source on Recv.
+	Addr netip.AddrPort
+}
+
+// MaxPacketSize bounds a RoCEv2 packet at the largest path MTU: headers,
+// 4,096 bytes of payload, pad and ICRC.
+const MaxPacketSize = 4096 + 128
+
+// Provider moves packets for one device. It is the only seam between the
+// transport and the network: udp, afxdp, sim and plugin live below it and
+// nothing above it knows which one runs. Like wireguard-go's conn.Bind it is
+// batch-oriented so that a provider can use recvmmsg, sendmmsg, GSO and GRO.
+//
+// Recv and Send may be called concurrently with each other and Send from
+// several goroutines at once.
+type Provider interface {
+	// Recv blocks until at least one packet arrives, fills pkts from the
+	// front and returns how many. After Close it returns net.ErrClosed.
+	Recv(pkts []Packet) (int, error)
+	// Send sends every packet in pkts. A datagram the network drops is not
+	// an error; a closed provider or an unusable address is.
+	Send(pkts []Packet) error
+	// LocalAddr is the address peers send this device's packets to. Its IP
+	// may be unspecified when the provider listens on all addresses.
+	LocalAddr() netip.AddrPort
+	// MTU is the largest UDP payload the link carries without
+	// fragmentation; the device derives its active path MTU from it.
+	MTU() int
+	// BatchSize is how many packets one Recv or Send call handles well.
+	BatchSize() int
+	// Close releases the provider and wakes a blocked Recv.
+	Close() error
+}
+
+// ProviderConfig is what Open passes to a provider's constructor.
+type ProviderConfig struct {
+	// Addr is the local address to receive on, "host:port". Empty means
+	// the provider's default (all addresses, port 4791 for udp).
+	Addr string
+	// Options carries provider-specific settings (for example the
+	// *sim.Network to attach to); providers document what they accept.
+	Options any
+}
+
+// OpenProviderFunc creates a provider from its configuration.
+type OpenProviderFunc func(ProviderConfig) (Provider, error)
+
+var registry struct {
+	sync.Mutex
+	m map[string]OpenProviderFunc
+}
+
+// RegisterProvider makes a provider available to Open by name. Providers
+// call it from init, so a program links only the providers it imports.
+func RegisterProvider(name string, open OpenProviderFunc) {
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.m == nil {
+		registry.m = map[string]OpenProviderFunc{}
+	}
+	if _, dup := registry.m[name]; dup {
+		panic("vroce: provider " + name + " registered twice")
+	}
+	registry.m[name] = open
+}
+
+// Providers lists the registered provider names.
+func Providers() []string {
+	registry.Lock()
+	defer registry.Unlock()
+	names := make([]string, 0, len(registry.m))
+	for n := range registry.m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func openProvider(name string, cfg ProviderConfig) (Provider, error) {
+	if name == "" {
+		name = os.Getenv("VROCE_PROVIDER")
+	}
+	if name == "" {
+		name = "udp"
+	}
+	registry.Lock()
+	open := registry.m[name]
+	registry.Unlock()
+	if open == nil {
+		return nil, fmt.Errorf("vroce: provider %q is not linked into this program (have %v; import vroce.dev/providers/%s)", name, Providers(), name)
+	}
+	return open(cfg)
+}

@@ -1,0 +1,378 @@
+package vroce
+
+import (
+	"encoding/binary"
+
+	"vroce.dev/vroce/wire"
+)
+
+// The responder of an RC QP (IBA 9.7.5; rxe_resp.c): it accepts requests in
+// PSN order, places SEND and WRITE data, answers READs and atomics, NAKs
+// what is out of sequence or not allowed, and acknowledges duplicates so a
+// requester whose ACK was lost can move on.
+
+type responder struct {
+	ePSN    uint32 // the PSN expected next
+	msn     uint32 // messages completed (AETH MSN)
+	nakSent bool   // a sequence NAK for ePSN is out; do not repeat it
+
+	inSend  bool
+	recv    recvWQE // the receive a multi-packet SEND is filling
+	recvOff int
+
+	inWrite  bool
+	write    span // where the current WRITE lands
+	writeGot int
+
+	atomics    []atomicResult // recent atomic results, for duplicates
+	atomicNext int
+
+	ackPending bool // a coalesced ACK is owed
+	ackQueued  bool // the QP is on the receive batch's ACK list
+}
+
+// atomicResult remembers what an atomic returned so that a retransmitted
+// request is answered from here and never executed twice.
+type atomicResult struct {
+	psn   uint32
+	orig  uint64
+	valid bool
+}
+
+func (r *responder) reset(psn uint32) { *r = responder{ePSN: psn} }
+
+func (r *responder) onRequest(qp *QP, p *wire.Packet, out *txBatch) {
+	switch d := psnDiff(p.BTH.PSN, r.ePSN); {
+	case d > 0:
+		qp.stats.OutOfSequence++
+		if !r.nakSent {
+			r.nakSent = true
+			qp.stats.SeqNAKsSent++
+			r.sendAck(qp, out, wire.NAK(wire.NAKPSNSequenceError), r.ePSN)
+		}
+	case d < 0:
+		qp.stats.Duplicates++
+		r.onDuplicate(qp, p, out)
+	default:
+		r.nakSent = false
+		r.execute(qp, p, out)
+	}
+}
+
+func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
+	f := p.BTH.Opcode.Flags()
+	first, last := f&wire.IsFirst != 0, f&wire.IsLast != 0
+	// Opcode sequence: a message's packets come FIRST, MIDDLE..., LAST.
+	inSeq := true
+	switch {
+	case f&wire.IsSend != 0:
+		inSeq = !r.inWrite && first != r.inSend
+	case f&wire.IsWrite != 0:
+		inSeq = !r.inSend && first != r.inWrite
+	default:
+		inSeq = !r.inSend && !r.inWrite
+	}
+	if !inSeq {
+		r.abort(qp, p, out, wire.NAKInvalidRequest, WCRemInvReqErr)
+		return
+	}
+	mtu := qp.mtu
+	// Every packet but a message's last carries exactly one MTU.
+	if f&wire.HasPayload != 0 && (len(p.Payload) > mtu || (!last && len(p.Payload) != mtu)) {
+		r.abort(qp, p, out, wire.NAKInvalidRequest, WCRemInvReqErr)
+		return
+	}
+	access := qp.attr.AccessFlags
+	switch {
+	case f&wire.IsSend != 0:
+		if first {
+			w, ok := qp.popRecv()
+			if !ok {
+				r.rnr(qp, p, out)
+				return
+			}
+			r.recv, r.recvOff, r.inSend = w, 0, true
+		}
+		if r.recvOff+len(p.Payload) > r.recv.total {
+			r.abort(qp, p, out, wire.NAKInvalidRequest, WCLocLenErr)
+			return
+		}
+		scatter(r.recv.spans, p.Payload, r.recvOff)
+		r.recvOff += len(p.Payload)
+		if last {
+			r.inSend = false
+			r.msn++
+			r.completeRecv(qp, p, WCRecv, r.recvOff)
+		}
+	case f&wire.IsWrite != 0:
+		if first {
+			if access&AccessRemoteWrite == 0 {
+				r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+				return
+			}
+			s, ok := span{}, true
+			if p.RETH.DMALen > 0 {
+				s, ok = qp.dev.lookup(p.RETH.RKey, qp.pd, AccessRemoteWrite, p.RETH.VA, uint64(p.RETH.DMALen))
+			}
+			if !ok {
+				r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+				return
+			}
+			r.write, r.writeGot, r.inWrite = s, 0, true
+		}
+		got := r.writeGot + len(p.Payload)
+		if got > r.write.n || (last && got != r.write.n) {
+			r.abort(qp, p, out, wire.NAKInvalidRequest, WCWRFlushErr)
+			return
+		}
+		if f&wire.ConsumesRecv != 0 {
+			w, ok := qp.popRecv()
+			if !ok {
+				r.rnr(qp, p, out)
+				return
+			}
+			r.recv = w
+		}
+		if len(p.Payload) > 0 {
+			copy(r.write.bytes()[r.writeGot:], p.Payload)
+		}
+		r.writeGot = got
+		if last {
+			r.inWrite = false
+			r.msn++
+			if f&wire.ConsumesRecv != 0 {
+				r.completeRecv(qp, p, WCRecvRDMAWithImm, r.write.n)
+			}
+		}
+	case p.BTH.Opcode == wire.RCReadRequest:
+		s, ok := r.readSpan(qp, p)
+		if !ok {
+			r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+			return
+		}
+		r.msn++
+		n := r.sendReadResponses(qp, out, s, p.BTH.PSN)
+		r.ePSN = psnAdd(r.ePSN, n)
+		return
+	case f&wire.IsAtomic != 0:
+		r.executeAtomic(qp, p, out)
+		return
+	}
+	r.ePSN = psnAdd(r.ePSN, 1)
+	if p.BTH.AckReq {
+		r.owesAck(qp, out)
+	}
+}
+
+func (r *responder) readSpan(qp *QP, p *wire.Packet) (span, bool) {
+	if qp.attr.AccessFlags&AccessRemoteRead == 0 {
+		return span{}, false
+	}
+	if p.RETH.DMALen == 0 {
+		return span{}, true
+	}
+	return qp.dev.lookup(p.RETH.RKey, qp.pd, AccessRemoteRead, p.RETH.VA, uint64(p.RETH.DMALen))
+}
+
+func (r *responder) completeRecv(qp *QP, p *wire.Packet, op WCOpcode, n int) {
+	wc := WorkCompletion{ID: r.recv.id, Status: WCSuccess, Opcode: op, ByteLen: uint32(n), QPN: qp.qpn, SrcQP: qp.attr.DestQPN, Src: qp.flow.Dst}
+	if p.BTH.Opcode.Flags()&wire.HasImm != 0 {
+		wc.Flags, wc.Imm = WCWithImm, p.Imm
+	}
+	r.recv = recvWQE{}
+	qp.complete(qp.recvCQ, &wc)
+}
+
+func (r *responder) executeAtomic(qp *QP, p *wire.Packet, out *txBatch) {
+	a := &p.Atomic
+	if qp.attr.AccessFlags&AccessRemoteAtomic == 0 {
+		r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+		return
+	}
+	if a.VA%8 != 0 {
+		r.abort(qp, p, out, wire.NAKInvalidRequest, WCWRFlushErr)
+		return
+	}
+	s, ok := qp.dev.lookup(a.RKey, qp.pd, AccessRemoteAtomic, a.VA, 8)
+	if !ok {
+		r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+		return
+	}
+	mem := s.bytes()
+	d := qp.dev
+	d.atomicMu.Lock()
+	orig := binary.NativeEndian.Uint64(mem)
+	if p.BTH.Opcode == wire.RCFetchAdd {
+		binary.NativeEndian.PutUint64(mem, orig+a.SwapAdd)
+	} else if orig == a.Compare {
+		binary.NativeEndian.PutUint64(mem, a.SwapAdd)
+	}
+	d.atomicMu.Unlock()
+	if r.atomics == nil {
+		r.atomics = make([]atomicResult, max(qp.attr.MaxDestRdAtomic, 1))
+	}
+	r.atomics[r.atomicNext] = atomicResult{psn: p.BTH.PSN, orig: orig, valid: true}
+	r.atomicNext = (r.atomicNext + 1) % len(r.atomics)
+	r.msn++
+	r.ePSN = psnAdd(r.ePSN, 1)
+	r.sendAtomicAck(qp, out, p.BTH.PSN, orig)
+}
+
+// onDuplicate answers a request already executed: SENDs and WRITEs with an
+// ACK of the last PSN, READs by reading again (memory reads are
+// idempotent), atomics from the result cache, never by executing again.
+func (r *responder) onDuplicate(qp *QP, p *wire.Packet, out *txBatch) {
+	op := p.BTH.Opcode
+	switch {
+	case op == wire.RCReadRequest:
+		s, ok := r.readSpan(qp, p)
+		if !ok {
+			return
+		}
+		n := (int(p.RETH.DMALen) + qp.mtu - 1) / qp.mtu
+		if psnDiff(psnAdd(p.BTH.PSN, max(n, 1)), r.ePSN) > 0 {
+			return // claims PSNs that were never requested
+		}
+		r.sendReadResponses(qp, out, s, p.BTH.PSN)
+	case op.Flags()&wire.IsAtomic != 0:
+		for _, a := range r.atomics {
+			if a.valid && a.psn == p.BTH.PSN {
+				r.sendAtomicAck(qp, out, a.psn, a.orig)
+				return
+			}
+		}
+	default:
+		r.owesAck(qp, out)
+	}
+}
+
+// rnr refuses a request that found no receive posted: the requester
+// retries the same PSN after the QP's min_rnr_timer.
+func (r *responder) rnr(qp *QP, p *wire.Packet, out *txBatch) {
+	qp.stats.RNRNAKsSent++
+	r.sendAck(qp, out, wire.RNRNAK(qp.attr.MinRNRTimer), p.BTH.PSN)
+}
+
+// abort NAKs a request that can never succeed and moves the QP to ERR; a
+// receive the message was filling completes with recvStatus.
+func (r *responder) abort(qp *QP, p *wire.Packet, out *txBatch, code uint8, recvStatus WCStatus) {
+	r.sendAck(qp, out, wire.NAK(code), p.BTH.PSN)
+	if r.inSend || r.recv.first.mr != nil {
+		qp.complete(qp.recvCQ, &WorkCompletion{ID: r.recv.id, Status: recvStatus, Opcode: WCRecv, QPN: qp.qpn})
+		r.recv, r.inSend = recvWQE{}, false
+	}
+	ev := EventQPReqErr
+	if code == wire.NAKRemoteAccessError {
+		ev = EventQPAccessErr
+	}
+	qp.fail(ev)
+}
+
+// owesAck queues one ACK for this QP, sent when the receive batch ends:
+// however many packets of the batch asked, the requester gets one
+// cumulative ACK.
+func (r *responder) owesAck(qp *QP, out *txBatch) {
+	r.ackPending = true
+	if !r.ackQueued {
+		r.ackQueued = true
+		out.acks = append(out.acks, qp)
+	}
+}
+
+// sendOwedAck sends the coalesced ACK, if one is still owed.
+func (qp *QP) sendOwedAck(out *txBatch) {
+	qp.mu.Lock()
+	r := &qp.resp
+	r.ackQueued = false
+	if r.ackPending && qp.state != QPSErr && qp.state != QPSReset {
+		r.ackPending = false
+		r.sendAck(qp, out, wire.AckSyndromeNoCredits, psnAdd(r.ePSN, -1))
+	}
+	qp.mu.Unlock()
+}
+
+func (r *responder) sendAck(qp *QP, out *txBatch, syn wire.Syndrome, psn uint32) {
+	buf := qp.emit(out)
+	p := wire.Packet{
+		BTH:  wire.BTH{Opcode: wire.RCAcknowledge, PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psn},
+		AETH: wire.AETH{Syndrome: syn, MSN: r.msn},
+	}
+	n, _ := p.EncodeHeaders(buf, 0)
+	out.add(qp.flow, wire.Finish(buf, n))
+	qp.stats.TxPackets++
+}
+
+func (r *responder) sendAtomicAck(qp *QP, out *txBatch, psn uint32, orig uint64) {
+	buf := qp.emit(out)
+	p := wire.Packet{
+		BTH:       wire.BTH{Opcode: wire.RCAtomicAcknowledge, PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psn},
+		AETH:      wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn},
+		AtomicAck: orig,
+	}
+	n, _ := p.EncodeHeaders(buf, 0)
+	out.add(qp.flow, wire.Finish(buf, n))
+	qp.stats.TxPackets++
+}
+
+// sendReadResponses sends s as READ responses starting at psn and returns
+// how many PSNs they used.
+func (r *responder) sendReadResponses(qp *QP, out *txBatch, s span, psn uint32) int {
+	mtu := qp.mtu
+	n := max((s.n+mtu-1)/mtu, 1)
+	for i := 0; i < n; i++ {
+		op := wire.RCReadResponseMiddle
+		switch {
+		case n == 1:
+			op = wire.RCReadResponseOnly
+		case i == 0:
+			op = wire.RCReadResponseFirst
+		case i == n-1:
+			op = wire.RCReadResponseLast
+		}
+		off := i * mtu
+		size := min(mtu, s.n-off)
+		buf := qp.emit(out)
+		p := wire.Packet{
+			BTH:  wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psnAdd(psn, i)},
+			AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn},
+		}
+		hl, _ := p.EncodeHeaders(buf, size)
+		if size > 0 {
+			copy(buf[hl:hl+size], s.bytes()[off:])
+		}
+		out.add(qp.flow, wire.Finish(buf, hl+size))
+		qp.stats.TxPackets++
+	}
+	return n
+}
+
+// scatter copies src into the buffers spans yields, starting off bytes in.
+func scatter(spans func(func(span) bool), src []byte, off int) {
+	for s := range spans {
+		if len(src) == 0 {
+			return
+		}
+		if off >= s.n {
+			off -= s.n
+			continue
+		}
+		n := copy(s.bytes()[off:], src)
+		src, off = src[n:], 0
+	}
+}
+
+// gather copies from the buffers spans yields, starting off bytes in,
+// into dst.
+func gather(spans func(func(span) bool), dst []byte, off int) {
+	for s := range spans {
+		if len(dst) == 0 {
+			return
+		}
+		if off >= s.n {
+			off -= s.n
+			continue
+		}
+		n := copy(dst, s.bytes()[off:])
+		dst, off = dst[n:], 0
+	}
+}

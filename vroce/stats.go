@@ -1,0 +1,45 @@
+package vroce
+
+import "sync/atomic"
+
+type deviceCounters struct {
+	rxPackets, rxMalformed, rxNoQP, rxBadICRC, rxErrors atomic.Uint64
+	txPackets, txErrors                                 atomic.Uint64
+}
+
+// DeviceStats are a device's packet counters.
+type DeviceStats struct {
+	RxPackets   uint64 // datagrams received
+	RxMalformed uint64 // dropped: not a RoCEv2 packet
+	RxNoQP      uint64 // dropped: no such QP
+	RxBadICRC   uint64 // dropped: ICRC mismatch (corruption)
+	RxErrors    uint64 // provider receive errors
+	TxPackets   uint64 // datagrams sent
+	TxErrors    uint64 // provider send errors
+}
+
+// Stats returns the device's counters.
+func (d *Device) Stats() DeviceStats {
+	s := &d.stats
+	return DeviceStats{
+		RxPackets: s.rxPackets.Load(), RxMalformed: s.rxMalformed.Load(), RxNoQP: s.rxNoQP.Load(),
+		RxBadICRC: s.rxBadICRC.Load(), RxErrors: s.rxErrors.Load(),
+		TxPackets: s.txPackets.Load(), TxErrors: s.txErrors.Load(),
+	}
+}
+
+// QPStats are one QP's transport counters.
+type QPStats struct {
+	TxPackets      uint64 // packets sent: requests, responses and ACKs
+	RxPackets      uint64 // packets accepted for this QP
+	Retransmits    uint64 // request packets sent again
+	Timeouts       uint64 // retransmission timer expiries
+	SeqNAKsSent    uint64 // PSN sequence error NAKs sent
+	SeqNAKsRecv    uint64
+	RNRNAKsSent    uint64
+	RNRNAKsRecv    uint64
+	Duplicates     uint64 // duplicate requests received
+	OutOfSequence  uint64 // requests received ahead of the expected PSN
+	WrongSource    uint64 // dropped: not from the connected peer
+	RemoteAbortErr uint64 // NAKs other than sequence and RNR received
+}
