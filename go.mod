@@ -1,5 +1,9 @@
 module vroce.dev
 
-go 1.26
+go 1.26.0
 
-require go.uber.org/goleak v1.3.0
+require (
+	go.uber.org/goleak v1.3.0
+	golang.org/x/net v0.62.0
+	golang.org/x/sys v0.50.0
+)

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package udp
+
+// configure is best effort off Linux: the ICRC rebuilt from addresses
+// assumes IPv4 ID 0, which other kernels may not send; IPv6 is unaffected.
+func (p *Provider) configure() error {
+	_ = p.conn.SetReadBuffer(socketBuf)
+	_ = p.conn.SetWriteBuffer(socketBuf)
+	return nil
+}

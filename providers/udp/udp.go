@@ -1,0 +1,229 @@
+// Package udp is the default vRoCE provider: RoCEv2 datagrams over an
+// ordinary, unprivileged UDP socket, IPv4 or IPv6, received and sent in
+// batches (recvmmsg/sendmmsg on Linux). Any number of devices can share a
+// host: each binds its own address and port (4791 by default).
+//
+// The socket sets DF (IP_PMTUDISC_DO): Linux then sends IPv4 ID 0 from an
+// unconnected socket, which is what lets a receiver rebuild the IP header
+// the ICRC covers (see vroce/wire.Flow) and what rdma_rxe needs to accept
+// our packets. The kernel also sets and checks the UDP checksum for us.
+//
+// Importing the package registers the provider "udp".
+package udp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+
+	"vroce.dev/vroce"
+)
+
+func init() {
+	vroce.RegisterProvider("udp", func(cfg vroce.ProviderConfig) (vroce.Provider, error) {
+		addr := cfg.Addr
+		if addr == "" {
+			addr = fmt.Sprintf(":%d", DefaultPort)
+		}
+		return Listen(addr)
+	})
+}
+
+// DefaultPort is RoCEv2's UDP port.
+const DefaultPort = 4791
+
+const (
+	batchSize  = 64
+	socketBuf  = 8 << 20
+	ipv4Header = 20
+	ipv6Header = 40
+	udpHeader  = 8
+)
+
+// batchConn is what x/net's ipv4 and ipv6 packet conns share.
+type batchConn interface {
+	ReadBatch([]ipv4.Message, int) (int, error)
+	WriteBatch([]ipv4.Message, int) (int, error)
+}
+
+// Provider is a UDP socket serving one device.
+type Provider struct {
+	conn  *net.UDPConn
+	bc    batchConn
+	local netip.AddrPort
+	mtu   int
+	v6    bool
+
+	rmsgs []ipv4.Message // owned by the one receiving goroutine
+
+	sendMu sync.Mutex
+	smsgs  []ipv4.Message
+	saddrs []net.UDPAddr
+}
+
+// Listen opens a provider on addr, "host:port".
+func Listen(addr string) (*Provider, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("udp: %w", err)
+	}
+	network := "udp4"
+	if ua.IP != nil && ua.IP.To4() == nil {
+		network = "udp6"
+	} else if ua.IP == nil {
+		network = "udp"
+	}
+	conn, err := net.ListenUDP(network, ua)
+	if err != nil {
+		return nil, fmt.Errorf("udp: %w", err)
+	}
+	local := conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
+	p := &Provider{conn: conn, local: local, v6: local.Addr().Is6()}
+	if err := p.configure(); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if p.v6 {
+		p.bc = ipv6.NewPacketConn(conn)
+	} else {
+		p.bc = ipv4.NewPacketConn(conn)
+	}
+	p.mtu = linkMTU(local.Addr()) - ipv4Header - udpHeader
+	if p.v6 {
+		p.mtu = linkMTU(local.Addr()) - ipv6Header - udpHeader
+	}
+	p.rmsgs = make([]ipv4.Message, batchSize)
+	p.smsgs = make([]ipv4.Message, batchSize)
+	p.saddrs = make([]net.UDPAddr, batchSize)
+	for i := range p.rmsgs {
+		p.rmsgs[i].Buffers = make([][]byte, 1)
+		p.smsgs[i].Buffers = make([][]byte, 1)
+		p.saddrs[i].IP = make(net.IP, 16)
+	}
+	return p, nil
+}
+
+// Recv implements vroce.Provider.
+func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
+	n := min(len(pkts), len(p.rmsgs))
+	ms := p.rmsgs[:n]
+	for i := range ms {
+		ms[i].Buffers[0] = pkts[i].Data[:cap(pkts[i].Data)]
+	}
+	got, err := p.bc.ReadBatch(ms, 0)
+	if err != nil {
+		return 0, err
+	}
+	for i := range ms[:got] {
+		pkts[i].Data = pkts[i].Data[:ms[i].N]
+		if ua, ok := ms[i].Addr.(*net.UDPAddr); ok {
+			ap := ua.AddrPort()
+			pkts[i].Addr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		}
+		ms[i].Addr = nil
+	}
+	return got, nil
+}
+
+// Send implements vroce.Provider.
+func (p *Provider) Send(pkts []vroce.Packet) error {
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	for len(pkts) > 0 {
+		n := min(len(pkts), len(p.smsgs))
+		ms := p.smsgs[:n]
+		for i := range ms {
+			a := &p.saddrs[i]
+			ip := pkts[i].Addr.Addr()
+			if p.v6 {
+				b := ip.As16()
+				a.IP = a.IP[:16]
+				copy(a.IP, b[:])
+			} else {
+				b := ip.Unmap().As4()
+				a.IP = a.IP[:4]
+				copy(a.IP, b[:])
+			}
+			a.Port = int(pkts[i].Addr.Port())
+			ms[i].Buffers[0] = pkts[i].Data
+			ms[i].Addr = a
+		}
+		for off := 0; off < n; {
+			sent, err := p.bc.WriteBatch(ms[off:], 0)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return err
+				}
+				// A datagram the kernel refuses (no route, a full
+				// buffer, an ICMP error reported late) is a lost
+				// packet: the transport recovers it. Skip it.
+				sent = max(sent, 1)
+			}
+			off += sent
+		}
+		for i := range ms {
+			ms[i].Buffers[0], ms[i].Addr = nil, nil
+		}
+		pkts = pkts[n:]
+	}
+	return nil
+}
+
+// LocalAddr implements vroce.Provider.
+func (p *Provider) LocalAddr() netip.AddrPort { return p.local }
+
+// MTU implements vroce.Provider.
+func (p *Provider) MTU() int { return p.mtu }
+
+// BatchSize implements vroce.Provider.
+func (p *Provider) BatchSize() int { return batchSize }
+
+// Close implements vroce.Provider.
+func (p *Provider) Close() error { return p.conn.Close() }
+
+// linkMTU is the MTU of the interface holding addr; for an unspecified
+// address, the smallest MTU of the interfaces that are up (loopback only if
+// nothing else is), since a datagram may leave by any of them.
+func linkMTU(addr netip.Addr) int {
+	const fallback = 1500
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return fallback
+	}
+	best, loop := 0, 0
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 {
+			continue
+		}
+		if !addr.IsUnspecified() {
+			addrs, _ := ifc.Addrs()
+			for _, a := range addrs {
+				if pfx, err := netip.ParsePrefix(a.String()); err == nil && pfx.Addr().Unmap() == addr {
+					return ifc.MTU
+				}
+			}
+			if addr.IsLoopback() && ifc.Flags&net.FlagLoopback != 0 {
+				loop = ifc.MTU
+			}
+			continue
+		}
+		if ifc.Flags&net.FlagLoopback != 0 {
+			loop = ifc.MTU
+		} else if best == 0 || ifc.MTU < best {
+			best = ifc.MTU
+		}
+	}
+	switch {
+	case best > 0 && addr.IsUnspecified():
+		return best
+	case loop > 0:
+		return loop
+	}
+	return fallback
+}
