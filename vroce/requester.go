@@ -21,6 +21,11 @@ const (
 	// ackEvery asks for an ACK at least this often inside long messages,
 	// so that the window keeps moving (rxe asks every 65 packets).
 	ackEvery = 64
+	// readChunk caps the response packets one READ request asks for. A
+	// large READ goes out as several requests paced by the same window as
+	// writes, so a lost response costs at most a window to re-request, not
+	// the whole remainder.
+	readChunk = 64
 )
 
 // sendWQE is a posted send work request and its transport state.
@@ -278,14 +283,20 @@ func (r *requester) armRTO(qp *QP) {
 func (r *requester) emitRequest(qp *QP, w *sendWQE, b *txBatch) {
 	mtu := qp.mtu
 	k := int(psnDiff(r.nextPSN, w.psn))
+	readPSNs := 0
 	buf := qp.emit(b)
 	p := wire.Packet{BTH: wire.BTH{PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: r.nextPSN}}
 	n := 0
 	switch {
 	case w.op == WRRDMARead:
 		off := k * mtu
+		// Chunks keep fixed boundaries (packets [64i, 64i+64)), so that a
+		// re-request from the middle of one covers exactly PSNs the
+		// responder has seen and the next request starts where it expects.
+		chunk := min(w.length-off, (readChunk-k%readChunk)*mtu)
 		p.BTH.Opcode, p.BTH.AckReq = wire.RCReadRequest, true
-		p.RETH = wire.RETH{VA: w.raddr + uint64(off), RKey: w.rkey, DMALen: uint32(w.length - off)}
+		p.RETH = wire.RETH{VA: w.raddr + uint64(off), RKey: w.rkey, DMALen: uint32(chunk)}
+		readPSNs = max((chunk+mtu-1)/mtu, 1)
 	case w.op.isAtomic():
 		p.BTH.Opcode, p.BTH.AckReq = wire.RCFetchAdd, true
 		if w.op == WRAtomicCmpAndSwp {
@@ -320,7 +331,7 @@ func (r *requester) emitRequest(qp *QP, w *sendWQE, b *txBatch) {
 		r.sinceAckReq++
 	}
 	if w.op == WRRDMARead {
-		r.nextPSN = psnAdd(w.psn, w.npsn)
+		r.nextPSN = psnAdd(r.nextPSN, readPSNs)
 	} else {
 		r.nextPSN = psnAdd(r.nextPSN, 1)
 	}
@@ -371,6 +382,7 @@ func (r *requester) onResponse(qp *QP, p *wire.Packet) {
 	if psnDiff(psn, r.sndNxt) >= 0 {
 		return // acknowledges nothing we sent
 	}
+	una, next, nextPSN, head := r.sndUna, r.next, r.nextPSN, r.head
 	op := p.BTH.Opcode
 	switch {
 	case op == wire.RCAcknowledge:
@@ -388,10 +400,13 @@ func (r *requester) onResponse(qp *QP, p *wire.Packet) {
 		r.onReadResponse(qp, p)
 	}
 	r.retire(qp)
-	if qp.state != QPSErr {
-		qp.kick()
-		qp.checkDrained()
+	if qp.state == QPSErr {
+		return
 	}
+	if r.sndUna != una || r.next != next || r.nextPSN != nextPSN || r.head != head {
+		qp.kick() // the window moved or a retransmission starts
+	}
+	qp.checkDrained()
 }
 
 func (r *requester) headWQE() *sendWQE {
@@ -504,10 +519,12 @@ func (r *requester) onReadResponse(qp *QP, p *wire.Packet) {
 	}
 	mtu := qp.mtu
 	off := w.respGot * mtu
-	f := p.BTH.Opcode.Flags()
 	last := w.respGot == w.npsn-1
-	want := min(mtu, w.length-off)
-	if (f&wire.IsFirst != 0) != (w.respGot == 0) || (f&wire.IsLast != 0) != last || len(p.Payload) != want {
+	// A READ goes out in chunks, and is re-requested from the middle after
+	// a loss, so FIRST and LAST mark requests, not the work request, and a
+	// late answer to an earlier request may carry either: the PSN and the
+	// length decide.
+	if len(p.Payload) != min(mtu, w.length-off) {
 		r.failAt(qp, w.psn, WCBadRespErr)
 		return
 	}
