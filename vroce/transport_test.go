@@ -17,9 +17,6 @@ import (
 // the MR, a missing access flag: each completes with a remote access error
 // at the requester, moves both QPs to ERR and leaves the memory as it was.
 func TestRemoteAccessViolationsNeverTouchMemory(t *testing.T) {
-	type target struct {
-		addr, rkey func(b *node) (uint64, uint32)
-	}
 	cases := []struct {
 		name   string
 		op     vroce.WROpcode
