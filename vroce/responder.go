@@ -105,6 +105,7 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 			r.completeRecv(qp, p, WCRecv, r.recvOff)
 		}
 	case f&wire.IsWrite != 0:
+		dst, at := r.write, r.writeGot
 		if first {
 			if access&AccessRemoteWrite == 0 {
 				r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
@@ -118,13 +119,15 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 				r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
 				return
 			}
-			r.write, r.writeGot, r.inWrite = s, 0, true
+			dst, at = s, 0
 		}
-		got := r.writeGot + len(p.Payload)
-		if got > r.write.n || (last && got != r.write.n) {
+		got := at + len(p.Payload)
+		if got > dst.n || (last && got != dst.n) {
 			r.abort(qp, p, out, wire.NAKInvalidRequest, WCWRFlushErr)
 			return
 		}
+		// RNR is decided before any state changes: the requester resends
+		// this very packet.
 		if f&wire.ConsumesRecv != 0 {
 			w, ok := qp.popRecv()
 			if !ok {
@@ -133,15 +136,12 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 			}
 			r.recv = w
 		}
-		if len(p.Payload) > 0 {
-			copy(r.write.bytes()[r.writeGot:], p.Payload)
-		}
-		r.writeGot = got
+		copy(dst.bytes()[at:], p.Payload)
+		r.write, r.writeGot, r.inWrite = dst, got, !last
 		if last {
-			r.inWrite = false
 			r.msn++
 			if f&wire.ConsumesRecv != 0 {
-				r.completeRecv(qp, p, WCRecvRDMAWithImm, r.write.n)
+				r.completeRecv(qp, p, WCRecvRDMAWithImm, dst.n)
 			}
 		}
 	case p.BTH.Opcode == wire.RCReadRequest:

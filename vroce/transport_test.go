@@ -78,15 +78,8 @@ func TestRNRWaitsForAReceive(t *testing.T) {
 	if err := a.QP.PostSend(vroce.SendWR{ID: 1, Opcode: vroce.WRSend, Flags: vroce.SendSignaled | vroce.SendInline, Inline: []byte("late")}); err != nil {
 		t.Fatal(err)
 	}
-	// Let RNR NAKs happen before the receive is posted; completion-driven,
-	// not timed: wait until the responder has refused at least twice.
-	deadline := time.Now().Add(5 * time.Second)
-	for b.QP.Stats().RNRNAKsSent < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("no RNR NAKs")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// Post the receive only once the responder has refused twice.
+	waitFor(t, "two RNR NAKs", func() bool { return b.QP.Stats().RNRNAKsSent >= 2 })
 	if err := b.QP.PostRecv(vroce.RecvWR{ID: 2, SGL: []vroce.SGE{b.MR.SGE(0, 64)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -270,9 +263,7 @@ func TestOneLostPacketIsRecovered(t *testing.T) {
 	if err := a.QP.PostSend(vroce.SendWR{ID: 1, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, 1024)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}); err != nil {
 		t.Fatal(err)
 	}
-	for network.Stats().Partitioned == 0 {
-		time.Sleep(100 * time.Microsecond)
-	}
+	waitFor(t, "the packet to be cut", func() bool { return network.Stats().Partitioned > 0 })
 	network.Heal()
 	mustSucceed(t, waitCompletions(t, a.CQ, 1, 5*time.Second))
 	verbstest.Sync(b)
@@ -369,5 +360,45 @@ func TestCQOverflowIsAnErrorEvent(t *testing.T) {
 		if ev.Type == vroce.EventCQErr && ev.CQ == small {
 			return
 		}
+	}
+}
+
+// TestRNROnWriteWithImmediateRetriesTheSamePacket: a WRITE_WITH_IMM that
+// finds no receive is refused without a trace and lands whole once a
+// receive is posted.
+func TestRNROnWriteWithImmediateRetriesTheSamePacket(t *testing.T) {
+	a, b, _ := simPair(t, defaultOpts())
+	for _, size := range []int{100, 5000} { // one packet, then several
+		fill(a.Buf[:size], byte(size))
+		if err := a.QP.PostSend(vroce.SendWR{ID: 1, Opcode: vroce.WRRDMAWriteWithImm, Imm: 5, Flags: vroce.SendSignaled,
+			SGL: []vroce.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}); err != nil {
+			t.Fatal(err)
+		}
+		before := b.QP.Stats().RNRNAKsSent
+		waitFor(t, "two RNR NAKs", func() bool { return b.QP.Stats().RNRNAKsSent >= before+2 })
+		if err := b.QP.PostRecv(vroce.RecvWR{ID: 2}); err != nil {
+			t.Fatal(err)
+		}
+		mustSucceed(t, waitCompletions(t, a.CQ, 1, 5*time.Second))
+		wc := waitCompletions(t, b.CQ, 1, 5*time.Second)[0]
+		if wc.Status != vroce.WCSuccess || wc.Opcode != vroce.WCRecvRDMAWithImm || wc.Imm != 5 || int(wc.ByteLen) != size {
+			t.Fatalf("size %d: receive %+v", size, wc)
+		}
+		if !bytes.Equal(a.Buf[:size], b.Buf[:size]) {
+			t.Fatalf("size %d: data differs", size)
+		}
+	}
+}
+
+// waitFor polls cond, a fact about counters that must become true, for up
+// to 5 seconds: a condition to wait for, not a sleep standing in for one.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(50 * time.Microsecond)
 	}
 }

@@ -1,0 +1,51 @@
+# vroce.dev: `make demo` runs the demo, `make test` runs the tests.
+GO        ?= go
+FUZZTIME  ?= 30s
+BIN       := bin
+
+.PHONY: all build test vet fmt-check demo bench fuzz clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build ./...
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroce-perf ./cmd/vroce-perf
+
+vet:
+	CGO_ENABLED=0 $(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# Every test with the race detector, fuzz seed corpora included.
+test: fmt-check vet build
+	$(GO) test -race -count=1 -timeout 12m ./...
+
+# The demo: vRoCE over UDP on loopback next to kernel TCP, same run.
+demo: build
+	@echo "== RDMA WRITE bandwidth, 64 KiB messages, 1 GiB, every byte verified"
+	$(BIN)/vroce-perf write_bw --loopback --provider udp --verify -s 65536 -n 16384 --compare tcp
+	@echo
+	@echo "== SEND latency, 64-byte ping-pong"
+	$(BIN)/vroce-perf send_lat --loopback --provider udp -s 64 -n 5000 --compare tcp
+
+# Benchmarks: testing.B, then vroce-perf against TCP in the same run.
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(BIN)/vroce-perf write_bw --loopback -s 65536 -n 20000 --compare tcp
+	$(BIN)/vroce-perf send_bw --loopback -s 64 -n 200000 --compare tcp
+	$(BIN)/vroce-perf send_lat --loopback -s 64 -n 10000 --compare tcp
+	$(BIN)/vroce-perf read_lat --loopback -s 64 -n 10000 --compare tcp
+
+# Run every fuzz target for FUZZTIME each.
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$t"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+clean:
+	rm -rf $(BIN)

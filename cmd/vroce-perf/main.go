@@ -1,0 +1,166 @@
+// Command vroce-perf measures vRoCE the way perftest measures RDMA devices:
+// bandwidth and latency of SEND, RDMA WRITE, RDMA READ and atomics between
+// two devices, optionally next to the same workload over kernel TCP.
+//
+//	vroce-perf write_bw                      # server: waits for a client
+//	vroce-perf write_bw -s 65536 HOST        # client
+//	vroce-perf send_lat --loopback --compare tcp
+//
+// The two ends exchange QP numbers, PSNs, keys and addresses over a TCP
+// control connection (port 18515 by default, as perftest), which the
+// --compare tcp run then reuses.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	_ "vroce.dev/providers/sim"
+	_ "vroce.dev/providers/udp"
+	"vroce.dev/vroce"
+)
+
+var tests = map[string]bool{
+	"send_bw": true, "write_bw": true, "read_bw": true,
+	"send_lat": true, "write_lat": true, "read_lat": true, "atomic_lat": true,
+}
+
+// config is a run's parameters; the client sends it to the server.
+type config struct {
+	Test      string
+	Provider  string
+	Size      int
+	Iters     int
+	MTU       int
+	QPs       int
+	TxDepth   int
+	Verify    bool
+	Compare   string
+	Inline    int
+	Duration  time.Duration `json:"-"`
+	JSON      bool          `json:"-"`
+	Loopback  bool          `json:"-"`
+	Port      int           `json:"-"`
+	DevAddr   string        `json:"-"`
+	Server    string        `json:"-"`
+	quietProg bool
+}
+
+func (c *config) isLat() bool { return strings.HasSuffix(c.Test, "_lat") }
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `usage: vroce-perf TEST [flags] [SERVER]
+
+TEST is one of send_bw, write_bw, read_bw, send_lat, write_lat, read_lat,
+atomic_lat. Without SERVER the command waits for a client; with it, it
+connects; with --loopback both ends run in this process.
+
+flags:
+`)
+	flag.CommandLine.SetOutput(w)
+	flag.PrintDefaults()
+}
+
+func main() {
+	if len(os.Args) < 2 || !tests[os.Args[1]] {
+		if len(os.Args) >= 2 && (os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help") {
+			defineFlags(&config{})
+			usage(os.Stdout)
+			return
+		}
+		fmt.Fprintf(os.Stderr, "vroce-perf: first argument must be a test name\n")
+		defineFlags(&config{})
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+	cfg := &config{Test: os.Args[1]}
+	defineFlags(cfg)
+	if err := flag.CommandLine.Parse(os.Args[2:]); err != nil {
+		os.Exit(2)
+	}
+	if flag.NArg() > 1 {
+		fmt.Fprintf(os.Stderr, "vroce-perf: unexpected arguments %v\n", flag.Args()[1:])
+		os.Exit(2)
+	}
+	cfg.Server = flag.Arg(0)
+	if err := cfg.finish(); err != nil {
+		fmt.Fprintln(os.Stderr, "vroce-perf:", err)
+		os.Exit(2)
+	}
+	results, err := run(cfg)
+	for _, r := range results {
+		r.print(os.Stdout, cfg.JSON)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vroce-perf:", err)
+		os.Exit(1)
+	}
+}
+
+func defineFlags(c *config) {
+	flag.CommandLine = flag.NewFlagSet("vroce-perf", flag.ContinueOnError)
+	fs := flag.CommandLine
+	fs.StringVar(&c.Provider, "provider", "", "packet provider: udp or sim (default $VROCE_PROVIDER, then udp)")
+	fs.IntVar(&c.Size, "s", 0, "message size in bytes (default 65536 for _bw, 2 for _lat, 8 for atomic_lat)")
+	fs.IntVar(&c.Size, "size", 0, "same as -s")
+	fs.IntVar(&c.Iters, "n", 0, "iterations (default 5000 for _bw, 1000 for _lat)")
+	fs.IntVar(&c.Iters, "iters", 0, "same as -n")
+	fs.IntVar(&c.MTU, "mtu", 0, "path MTU: 256, 512, 1024, 2048 or 4096 (default: the largest the link carries)")
+	fs.IntVar(&c.QPs, "qps", 1, "queue pairs (bandwidth tests spread iterations across them)")
+	fs.IntVar(&c.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests)")
+	fs.BoolVar(&c.Verify, "verify", false, "check every byte that arrives")
+	fs.StringVar(&c.Compare, "compare", "", "run the same workload over another transport too: tcp")
+	fs.BoolVar(&c.JSON, "json", false, "print one JSON object per result")
+	fs.BoolVar(&c.Loopback, "loopback", false, "run server and client in this process")
+	fs.IntVar(&c.Port, "port", 18515, "TCP control port")
+	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
+}
+
+func (c *config) finish() error {
+	if c.Size == 0 {
+		switch {
+		case c.Test == "atomic_lat":
+			c.Size = 8
+		case c.isLat():
+			c.Size = 2
+		default:
+			c.Size = 65536
+		}
+	}
+	if c.Iters == 0 {
+		c.Iters = 5000
+		if c.isLat() {
+			c.Iters = 1000
+		}
+	}
+	switch {
+	case c.Test == "atomic_lat" && c.Size != 8:
+		return fmt.Errorf("atomic_lat moves 8 bytes; -s %d", c.Size)
+	case c.Size < 1 || c.Size > 1<<30:
+		return fmt.Errorf("size %d out of range 1-1 GiB", c.Size)
+	case c.Iters < 1:
+		return fmt.Errorf("iterations %d must be positive", c.Iters)
+	case c.QPs < 1 || c.QPs > 1024:
+		return fmt.Errorf("qps %d out of range 1-1024", c.QPs)
+	case c.TxDepth < 1 || c.TxDepth > vroce.SpecMaxQPWR-8:
+		return fmt.Errorf("tx-depth %d out of range 1-%d", c.TxDepth, vroce.SpecMaxQPWR-8)
+	case c.MTU != 0 && !vroce.MTU(c.MTU).Valid():
+		return fmt.Errorf("mtu %d is not 256, 512, 1024, 2048 or 4096", c.MTU)
+	case c.Compare != "" && c.Compare != "tcp":
+		return fmt.Errorf("--compare %q: only tcp", c.Compare)
+	case c.Loopback && c.Server != "":
+		return fmt.Errorf("--loopback takes no server address")
+	}
+	if c.isLat() {
+		c.QPs = 1
+	}
+	c.Inline = 0
+	if c.Size <= 256 && (c.Test == "send_lat" || c.Test == "write_lat") {
+		c.Inline = c.Size
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+)
+
+// result is one line of output: perftest's columns, or one JSON object.
+type result struct {
+	Test        string  `json:"test"`
+	Provider    string  `json:"provider"`
+	Bytes       int     `json:"bytes"`
+	Iterations  int     `json:"iterations"`
+	QPs         int     `json:"qps"`
+	MTU         int     `json:"mtu,omitempty"`
+	Seconds     float64 `json:"seconds"`
+	BWPeak      float64 `json:"bw_peak_mibps"`
+	BWAvg       float64 `json:"bw_avg_mibps"`
+	MsgRate     float64 `json:"msg_rate_mpps"`
+	LatMin      float64 `json:"lat_min_us"`
+	LatMax      float64 `json:"lat_max_us"`
+	LatTypical  float64 `json:"lat_typical_us"`
+	LatAvg      float64 `json:"lat_avg_us"`
+	LatStdev    float64 `json:"lat_stdev_us"`
+	LatP99      float64 `json:"lat_p99_us"`
+	LatP999     float64 `json:"lat_p999_us"`
+	Verified    bool    `json:"verified"`
+	Retransmits uint64  `json:"retransmits"`
+	Timeouts    uint64  `json:"timeouts"`
+}
+
+func (r *result) print(w io.Writer, asJSON bool) {
+	if asJSON {
+		b, _ := json.Marshal(r)
+		fmt.Fprintf(w, "%s\n", b)
+		return
+	}
+	fmt.Fprintf(w, "---------------------------------------------------------------------------------------\n")
+	fmt.Fprintf(w, " %s over %s, %d QP(s), MTU %d, verified: %v\n", r.Test, r.Provider, r.QPs, r.MTU, r.Verified)
+	if r.Test == "" || r.isLat() {
+		fmt.Fprintf(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec]\n")
+		fmt.Fprintf(w, " %-6d %-11d %-14.2f %-14.2f %-16.2f %-14.2f %-15.2f %-22.2f %.2f\n",
+			r.Bytes, r.Iterations, r.LatMin, r.LatMax, r.LatTypical, r.LatAvg, r.LatStdev, r.LatP99, r.LatP999)
+	} else {
+		fmt.Fprintf(w, " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n")
+		fmt.Fprintf(w, " %-10d %-14d %-19.2f %-21.2f %.6f\n", r.Bytes, r.Iterations, r.BWPeak, r.BWAvg, r.MsgRate)
+	}
+	if r.Provider != "tcp" {
+		fmt.Fprintf(w, " retransmissions %d, timeouts %d\n", r.Retransmits, r.Timeouts)
+	}
+}
+
+func (r *result) isLat() bool { return len(r.Test) > 4 && r.Test[len(r.Test)-4:] == "_lat" }
+
+// mark is how many bytes had completed at a time into the run.
+type mark struct {
+	at    time.Duration
+	bytes int64
+}
+
+// peakWindow is the shortest interval the peak bandwidth is measured over.
+const peakWindow = 50 * time.Millisecond
+
+// setBandwidth fills the bandwidth columns: the average over the run and
+// the best rate over any window of at least peakWindow between marks.
+func (r *result) setBandwidth(total int64, elapsed time.Duration, marks []mark) {
+	r.Seconds = elapsed.Seconds()
+	const mib = 1 << 20
+	r.BWAvg = float64(total) / mib / r.Seconds
+	r.MsgRate = float64(r.Iterations) / r.Seconds / 1e6
+	r.BWPeak = r.BWAvg
+	for i := 1; i < len(marks); i++ {
+		if d := marks[i].at - marks[i-1].at; d >= peakWindow {
+			r.BWPeak = math.Max(r.BWPeak, float64(marks[i].bytes-marks[i-1].bytes)/mib/d.Seconds())
+		}
+	}
+}
+
+// setLatency fills the latency columns from per-iteration samples.
+func (r *result) setLatency(samples []time.Duration, elapsed time.Duration) {
+	r.Seconds = elapsed.Seconds()
+	if len(samples) == 0 {
+		return
+	}
+	us := make([]float64, len(samples))
+	sum := 0.0
+	for i, s := range samples {
+		us[i] = float64(s) / float64(time.Microsecond)
+		sum += us[i]
+	}
+	slices.Sort(us)
+	n := len(us)
+	r.LatMin, r.LatMax = us[0], us[n-1]
+	r.LatTypical = us[n/2]
+	r.LatAvg = sum / float64(n)
+	v := 0.0
+	for _, x := range us {
+		v += (x - r.LatAvg) * (x - r.LatAvg)
+	}
+	r.LatStdev = math.Sqrt(v / float64(n))
+	r.LatP99 = us[min(n-1, n*99/100)]
+	r.LatP999 = us[min(n-1, n*999/1000)]
+	r.MsgRate = float64(n) / r.Seconds / 1e6
+}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+
+	"vroce.dev/providers/sim"
+	"vroce.dev/vroce"
+)
+
+// hello is the client's first control message.
+type hello struct {
+	Version int    `json:"version"`
+	Config  config `json:"config"`
+	Info    info   `json:"info"`
+}
+
+// done closes the vRoCE part of a run: the client's results.
+type done struct {
+	Results []*result `json:"results"`
+	Error   string    `json:"error,omitempty"`
+}
+
+const protocolVersion = 1
+
+func run(cfg *config) ([]*result, error) {
+	if cfg.Provider == "" {
+		cfg.Provider = os.Getenv("VROCE_PROVIDER")
+	}
+	if cfg.Provider == "" {
+		cfg.Provider = "udp"
+	}
+	if cfg.Loopback {
+		return runLoopback(cfg)
+	}
+	if cfg.Server == "" {
+		return runServer(cfg)
+	}
+	return runClient(cfg)
+}
+
+func (c *config) devConfig(role string, network *sim.Network) vroce.Config {
+	addr := c.DevAddr
+	if addr == "" {
+		switch {
+		case c.Provider == "sim":
+			addr = map[string]string{"server": "127.0.0.1:4791", "client": "127.0.0.2:4791"}[role]
+		case c.Loopback:
+			addr = "127.0.0.1:0"
+		case role == "server":
+			addr = ":4791"
+		default:
+			addr = ":0"
+		}
+	}
+	dc := vroce.Config{Provider: c.Provider, Addr: addr, MTU: vroce.MTU(c.MTU)}
+	if network != nil {
+		dc.ProviderOptions = network
+	}
+	return dc
+}
+
+// runLoopback runs both ends in this process, joined by a loopback TCP
+// control connection (which --compare tcp then measures).
+func runLoopback(cfg *config) ([]*result, error) {
+	var network *sim.Network
+	if cfg.Provider == "sim" {
+		network = sim.NewNetwork(sim.Config{})
+		defer network.Close()
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	srvCfg := *cfg
+	srvCfg.quietProg = true
+	errc := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer c.Close()
+		_, err = serve(&srvCfg, newControl(c), network)
+		errc <- err
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	results, cerr := drive(cfg, newControl(c), network)
+	c.Close()
+	if serr := <-errc; cerr == nil && serr != nil {
+		cerr = fmt.Errorf("server: %w", serr)
+	}
+	return results, cerr
+}
+
+func runServer(cfg *config) ([]*result, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	if !cfg.JSON {
+		fmt.Fprintf(os.Stderr, "vroce-perf: %s server waiting on TCP port %d\n", cfg.Test, cfg.Port)
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return serve(cfg, newControl(c), nil)
+}
+
+func runClient(cfg *config) ([]*result, error) {
+	c, err := net.Dial("tcp", net.JoinHostPort(cfg.Server, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return drive(cfg, newControl(c), nil)
+}
+
+// controlIP is the address the peer reached us at: the one it should send
+// vRoCE packets to.
+func controlIP(c net.Conn) netip.Addr {
+	ap := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	return ap.Addr().Unmap()
+}
+
+// drive is the client: it sets up, tells the server, runs the test and
+// the comparison, and returns the results.
+func drive(cfg *config, c *control, network *sim.Network) ([]*result, error) {
+	s, err := newSide(cfg, cfg.devConfig("client", network))
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	psns := randomPSNs(len(s.qps))
+	if err := c.send(hello{Version: protocolVersion, Config: *cfg, Info: s.info(advertised(s, controlIP(c.conn)), psns)}); err != nil {
+		return nil, err
+	}
+	var peer info
+	if err := c.recv(&peer); err != nil {
+		return nil, err
+	}
+	if err := s.connect(psns, peer); err != nil {
+		return nil, err
+	}
+	var r *result
+	if cfg.isLat() {
+		r, err = s.clientLat(peer)
+	} else {
+		r, err = s.clientBW(peer)
+	}
+	d := done{}
+	if err != nil {
+		d.Error = err.Error()
+	} else {
+		d.Results = []*result{r}
+	}
+	if serr := c.send(d); err == nil && serr != nil {
+		err = serr
+	}
+	var ack done
+	if rerr := c.recv(&ack); err == nil && rerr != nil {
+		err = rerr
+	}
+	if err == nil && ack.Error != "" {
+		err = errors.New("server: " + ack.Error)
+	}
+	if err != nil {
+		return nil, err
+	}
+	results := []*result{r}
+	if cfg.Compare == "tcp" {
+		tr, err := clientTCP(c, cfg)
+		if err != nil {
+			return results, fmt.Errorf("tcp comparison: %w", err)
+		}
+		results = append(results, tr)
+	}
+	return results, nil
+}
+
+// serve is the server: it answers a client's hello and serves one run.
+func serve(cfg *config, c *control, network *sim.Network) ([]*result, error) {
+	var h hello
+	if err := c.recv(&h); err != nil {
+		return nil, err
+	}
+	if h.Version != protocolVersion {
+		return nil, fmt.Errorf("client speaks protocol %d, we speak %d", h.Version, protocolVersion)
+	}
+	run := h.Config
+	run.JSON, run.Loopback, run.DevAddr, run.quietProg = cfg.JSON, cfg.Loopback, cfg.DevAddr, true
+	run.Provider = cfg.Provider
+	s, err := newSide(&run, run.devConfig("server", network))
+	if err != nil {
+		c.send(done{Error: err.Error()})
+		return nil, err
+	}
+	defer s.close()
+	// Connect and post receives first: the client starts the moment it
+	// has our details.
+	psns := randomPSNs(len(s.qps))
+	if err := s.connect(psns, h.Info); err != nil {
+		return nil, err
+	}
+	if err := s.serverPrepare(); err != nil {
+		return nil, err
+	}
+	if err := c.send(s.info(advertised(s, controlIP(c.conn)), psns)); err != nil {
+		return nil, err
+	}
+	if run.isLat() {
+		err = s.serverLat(h.Info)
+	} else {
+		err = s.serverBW()
+	}
+	if err != nil {
+		s.close() // the client's QPs fail within a retry cycle and it asks why
+	}
+	var d done
+	if rerr := c.recv(&d); err == nil && rerr != nil {
+		err = rerr
+	}
+	ack := done{}
+	if err != nil {
+		ack.Error = err.Error()
+	}
+	if serr := c.send(ack); err == nil && serr != nil {
+		err = serr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d.Error != "" {
+		return nil, errors.New("client: " + d.Error)
+	}
+	if run.Compare == "tcp" {
+		if err := serverTCP(c, &run); err != nil {
+			return d.Results, fmt.Errorf("tcp comparison: %w", err)
+		}
+	}
+	if cfg.Loopback {
+		return nil, nil // the client prints
+	}
+	return d.Results, nil
+}
+
+// advertised is the IP a peer should send vRoCE packets to: the device's
+// own when it has one, else the one the control connection arrived on.
+func advertised(s *side, controlAddr netip.Addr) netip.Addr {
+	if a := s.dev.LocalAddr().Addr(); !a.IsUnspecified() {
+		return a
+	}
+	return controlAddr
+}

@@ -1,0 +1,50 @@
+// Package vroce is a pure-Go RDMA device: the verbs (Device, PD, MR, CQ,
+// SRQ, QP of type RC and UD, AH, work requests and completions) and the
+// transport engine behind them, speaking RoCEv2 over an ordinary, lossy
+// network through a swappable packet provider.
+//
+// A program opens a device on a provider by name, then uses the verbs much
+// as it would libibverbs:
+//
+//	import _ "vroce.dev/providers/udp"
+//
+//	dev, _ := vroce.Open(vroce.Config{Addr: "10.0.0.1:4791"})
+//	pd, _ := dev.AllocPD()
+//	cq, _ := dev.CreateCQ(1024)
+//	mr, _ := pd.RegMR(buf, vroce.AccessLocalWrite|vroce.AccessRemoteWrite)
+//	qp, _ := pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq, Cap: ...})
+//	qp.Modify(&vroce.QPAttr{State: vroce.QPSInit, ...}, mask) // then RTR, RTS
+//	qp.PostSend(vroce.SendWR{Opcode: vroce.WRRDMAWrite, SGL: []vroce.SGE{mr.SGE(0, n)}, ...})
+//	n, err := cq.PollWait(ctx, wc)
+//
+// Limits are the published vRoCE ones (SPEC.md): a request beyond one fails
+// at creation with a *LimitError naming the limit. Malformed arguments fail
+// with errors wrapping ErrInvalid, wrong states with ErrState.
+//
+// # Engine
+//
+// A device runs two goroutines whatever the number of QPs: one receives
+// packet batches from the provider and runs each QP's responder and
+// completer, one runs retransmission and RNR timers. Requests are built and
+// sent by the goroutine that posts them, under the QP's lock, so they leave
+// in PSN order. Queues grow with use, so an idle QP costs little memory.
+//
+// RC follows the InfiniBand roles (rxe's requester, responder and
+// completer): messages segment at the path MTU, PSNs are 24-bit, a
+// responder NAKs the first gap and the requester goes back to it, the
+// retransmission timer recovers lost tails, duplicates are acknowledged and
+// atomics are answered from a result cache, never executed twice. Remote
+// accesses are checked against the MR's key, PD, bounds and access flags
+// before any byte moves. Keys, QPNs and initial PSNs are random.
+//
+// # Memory ordering
+//
+// The device reads and writes registered memory from its own goroutines,
+// under the QP's lock, as a NIC would by DMA. In Go's memory model your
+// program's accesses to that memory are ordered with the device's by the
+// verbs calls that take that lock or the CQ's: polling a completion,
+// posting a work request, Modify, State. The usual RDMA protocol (write
+// the buffer, then post a SEND saying so; read the buffer after its
+// completion) is therefore race-free; reading memory a peer wrote with no
+// verbs call in between is a data race, as it is on hardware.
+package vroce
