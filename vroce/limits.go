@@ -1,5 +1,7 @@
 package vroce
 
+import "fmt"
+
 // DeviceAttr holds a device's limits: the published vRoCE specification
 // (../shared/SPEC.md) with max_qp from the instance size.
 type DeviceAttr struct {
@@ -68,6 +70,8 @@ const (
 	MTU2048 MTU = 2048
 	MTU4096 MTU = 4096
 )
+
+func (m MTU) String() string { return fmt.Sprintf("MTU%d", int(m)) }
 
 // Valid reports whether m is one of the five IB MTUs.
 func (m MTU) Valid() bool {

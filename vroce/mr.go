@@ -166,7 +166,14 @@ type span struct {
 	n   int
 }
 
-func (s span) bytes() []byte { return s.mr.buf[s.off : s.off+s.n] }
+// bytes is the span's memory; the empty span (a zero-length access, which
+// names no MR) has none.
+func (s span) bytes() []byte {
+	if s.mr == nil {
+		return nil
+	}
+	return s.mr.buf[s.off : s.off+s.n]
+}
 
 // lookup finds the MR for key in pd and checks [va, va+n) against its
 // bounds and access. It is the one check every local and remote access
