@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -47,6 +48,7 @@ type config struct {
 	Port      int           `json:"-"`
 	DevAddr   string        `json:"-"`
 	Server    string        `json:"-"`
+	CPUProf   string        `json:"-"`
 	quietProg bool
 }
 
@@ -91,7 +93,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "vroce-perf:", err)
 		os.Exit(2)
 	}
+	if cfg.CPUProf != "" {
+		f, err := os.Create(cfg.CPUProf)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "vroce-perf:", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+	}
 	results, err := run(cfg)
+	if cfg.CPUProf != "" {
+		pprof.StopCPUProfile()
+	}
 	for _, r := range results {
 		r.print(os.Stdout, cfg.JSON)
 	}
@@ -117,6 +133,7 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object per result")
 	fs.BoolVar(&c.Loopback, "loopback", false, "run server and client in this process")
 	fs.IntVar(&c.Port, "port", 18515, "TCP control port")
+	fs.StringVar(&c.CPUProf, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
 }
 
