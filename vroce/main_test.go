@@ -1,7 +1,9 @@
 package vroce_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -21,4 +23,19 @@ var (
 	simPair         = verbstest.SimPair
 )
 
-var _ = vroce.RC
+// waitEvent waits up to 5 seconds for an asynchronous event of type typ
+// that match accepts, skipping others.
+func waitEvent(t *testing.T, dev *vroce.Device, typ vroce.EventType, match func(vroce.AsyncEvent) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for {
+		ev, err := dev.AsyncEvent(ctx)
+		if err != nil {
+			t.Fatalf("waiting for %v: %v", typ, err)
+		}
+		if ev.Type == typ && match(ev) {
+			return
+		}
+	}
+}

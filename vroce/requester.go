@@ -343,36 +343,27 @@ func (r *requester) emitRequest(qp *QP, w *sendWQE, b *txBatch) {
 	}
 }
 
+// requestOpcode picks the opcode of one packet of a SEND or WRITE. IBA
+// lays both out alike (FIRST, MIDDLE, LAST, LAST_WITH_IMMEDIATE, ONLY,
+// ONLY_WITH_IMMEDIATE), WRITE six after SEND.
 func requestOpcode(op WROpcode, first, last bool) wire.Opcode {
-	imm := op.hasImm()
+	base := wire.RCSendFirst
 	if op.isWrite() {
-		switch {
-		case first && last && imm:
-			return wire.RCWriteOnlyImm
-		case first && last:
-			return wire.RCWriteOnly
-		case first:
-			return wire.RCWriteFirst
-		case last && imm:
-			return wire.RCWriteLastImm
-		case last:
-			return wire.RCWriteLast
-		}
-		return wire.RCWriteMiddle
+		base = wire.RCWriteFirst
+	}
+	imm := wire.Opcode(0)
+	if op.hasImm() {
+		imm = 1
 	}
 	switch {
-	case first && last && imm:
-		return wire.RCSendOnlyImm
 	case first && last:
-		return wire.RCSendOnly
+		return base + 4 + imm
 	case first:
-		return wire.RCSendFirst
-	case last && imm:
-		return wire.RCSendLastImm
+		return base
 	case last:
-		return wire.RCSendLast
+		return base + 2 + imm
 	}
-	return wire.RCSendMiddle
+	return base + 1
 }
 
 // onResponse handles an ACK, NAK, READ response or atomic ACK (the

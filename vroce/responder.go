@@ -292,23 +292,19 @@ func (qp *QP) sendOwedAck(out *txBatch) {
 }
 
 func (r *responder) sendAck(qp *QP, out *txBatch, syn wire.Syndrome, psn uint32) {
-	buf := qp.emit(out)
-	p := wire.Packet{
-		BTH:  wire.BTH{Opcode: wire.RCAcknowledge, PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psn},
-		AETH: wire.AETH{Syndrome: syn, MSN: r.msn},
-	}
-	n, _ := p.EncodeHeaders(buf, 0)
-	out.add(qp.flow, wire.Finish(buf, n))
-	qp.stats.TxPackets++
+	r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psn}, AETH: wire.AETH{Syndrome: syn}})
 }
 
 func (r *responder) sendAtomicAck(qp *QP, out *txBatch, psn uint32, orig uint64) {
+	r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAtomicAcknowledge, PSN: psn},
+		AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}, AtomicAck: orig})
+}
+
+// sendHeaders sends a response without payload, addressed to the peer QP
+// and carrying the current MSN.
+func (r *responder) sendHeaders(qp *QP, out *txBatch, p *wire.Packet) {
 	buf := qp.emit(out)
-	p := wire.Packet{
-		BTH:       wire.BTH{Opcode: wire.RCAtomicAcknowledge, PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psn},
-		AETH:      wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn},
-		AtomicAck: orig,
-	}
+	p.BTH.PKey, p.BTH.DestQP, p.AETH.MSN = wire.DefaultPKey, qp.attr.DestQPN, r.msn
 	n, _ := p.EncodeHeaders(buf, 0)
 	out.add(qp.flow, wire.Finish(buf, n))
 	qp.stats.TxPackets++

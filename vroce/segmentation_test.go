@@ -98,17 +98,7 @@ func TestSQDDrainsThenResumes(t *testing.T) {
 	if err := a.QP.Modify(&vroce.QPAttr{State: vroce.QPSSQD}, vroce.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for {
-		ev, err := a.Dev.AsyncEvent(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Type == vroce.EventSQDrained && ev.QP == a.QP {
-			break
-		}
-	}
+	waitEvent(t, a.Dev, vroce.EventSQDrained, func(ev vroce.AsyncEvent) bool { return ev.QP == a.QP })
 	if err := a.QP.PostSend(vroce.SendWR{ID: 1, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, 64)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}); err != nil {
 		t.Fatal(err)
 	}

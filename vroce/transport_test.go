@@ -2,7 +2,6 @@ package vroce_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"testing"
@@ -136,17 +135,7 @@ func TestVanishedPeerExhaustsRetries(t *testing.T) {
 	if got := a.QP.Stats().Timeouts; got != 4 {
 		t.Fatalf("%d timeouts, want 1 + retry_cnt 3", got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for {
-		ev, err := a.Dev.AsyncEvent(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Type == vroce.EventQPFatal && ev.QP == a.QP {
-			break
-		}
-	}
+	waitEvent(t, a.Dev, vroce.EventQPFatal, func(ev vroce.AsyncEvent) bool { return ev.QP == a.QP })
 }
 
 // transfer writes size bytes a->b in messages of msg bytes, then reads them
@@ -350,17 +339,7 @@ func TestCQOverflowIsAnErrorEvent(t *testing.T) {
 	if _, err := small.Poll(wc); !errors.Is(err, vroce.ErrCQOverflow) {
 		t.Fatalf("after the overflow: %v, want ErrCQOverflow", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for {
-		ev, err := b.Dev.AsyncEvent(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Type == vroce.EventCQErr && ev.CQ == small {
-			return
-		}
-	}
+	waitEvent(t, b.Dev, vroce.EventCQErr, func(ev vroce.AsyncEvent) bool { return ev.CQ == small })
 }
 
 // TestRNROnWriteWithImmediateRetriesTheSamePacket: a WRITE_WITH_IMM that

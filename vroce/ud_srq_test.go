@@ -2,7 +2,6 @@ package vroce_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -130,17 +129,7 @@ func TestSRQFeedsSeveralQPsAndReportsItsLimit(t *testing.T) {
 	if srq.Len() != 2 {
 		t.Fatalf("SRQ holds %d receives, want 2", srq.Len())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	for {
-		ev, err := b.Dev.AsyncEvent(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Type == vroce.EventSRQLimitReached && ev.SRQ == srq {
-			break
-		}
-	}
+	waitEvent(t, b.Dev, vroce.EventSRQLimitReached, func(ev vroce.AsyncEvent) bool { return ev.SRQ == srq })
 	if err := srq.Destroy(); !errors.Is(err, vroce.ErrBusy) {
 		t.Fatalf("destroying an SRQ in use: %v", err)
 	}
