@@ -20,6 +20,7 @@ const (
 	maxIPHdrLen  = 60
 	ipv4DF       = 0x4000
 	protoUDP     = 17
+	defaultTTL   = 64
 )
 
 // ICRC computes the ICRC of pkt (BTH to ICRC inclusive, the last four bytes
@@ -99,6 +100,7 @@ func (f Flow) Headers(b *[MaxHeaderSpace]byte, n int) (ip, udp []byte, ok bool) 
 		ip[0] = 0x45
 		binary.BigEndian.PutUint16(ip[2:], uint16(ipv4HdrLen+udpHdrLen+n))
 		binary.BigEndian.PutUint16(ip[6:], ipv4DF)
+		ip[8] = defaultTTL // masked in the ICRC; what captures show
 		ip[9] = protoUDP
 		s, d := src.As4(), dst.As4()
 		copy(ip[12:], s[:])
@@ -108,6 +110,7 @@ func (f Flow) Headers(b *[MaxHeaderSpace]byte, n int) (ip, udp []byte, ok bool) 
 		ip[0] = 0x60
 		binary.BigEndian.PutUint16(ip[4:], uint16(udpHdrLen+n))
 		ip[6] = protoUDP
+		ip[7] = defaultTTL
 		s, d := src.As16(), dst.As16()
 		copy(ip[8:], s[:])
 		copy(ip[24:], d[:])

@@ -77,6 +77,9 @@ const (
 	// ConsumesRecv marks requests that complete a receive WQE at the
 	// responder (the last packet of a SEND, or WRITE with immediate).
 	ConsumesRecv
+	// MayExtend marks the ACK, which may carry a vRoCE extension trailer
+	// (SACK blocks) after its AETH; plain RoCEv2 decoders ignore it.
+	MayExtend
 	known
 )
 
@@ -131,7 +134,7 @@ func init() {
 	defineOpcode(RCReadResponseMiddle, "RC_RDMA_READ_RESPONSE_MIDDLE", resp|IsRead|pay)
 	defineOpcode(RCReadResponseLast, "RC_RDMA_READ_RESPONSE_LAST", resp|IsRead|pay|last|HasAETH)
 	defineOpcode(RCReadResponseOnly, "RC_RDMA_READ_RESPONSE_ONLY", resp|IsRead|pay|only|HasAETH)
-	defineOpcode(RCAcknowledge, "RC_ACKNOWLEDGE", resp|only|HasAETH)
+	defineOpcode(RCAcknowledge, "RC_ACKNOWLEDGE", resp|only|HasAETH|MayExtend)
 	defineOpcode(RCAtomicAcknowledge, "RC_ATOMIC_ACKNOWLEDGE", resp|IsAtomic|only|HasAETH|HasAtomicAckETH)
 	defineOpcode(RCCompareSwap, "RC_COMPARE_SWAP", req|IsAtomic|only|HasAtomicETH)
 	defineOpcode(RCFetchAdd, "RC_FETCH_ADD", req|IsAtomic|only|HasAtomicETH)

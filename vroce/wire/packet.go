@@ -58,10 +58,10 @@ func Parse(p *Packet, b []byte) error {
 	if payload < 0 {
 		return &ParseError{Reason: "headers and pad longer than packet", Opcode: op, Len: len(b)}
 	}
-	if f&HasPayload == 0 && len(b) != hdr+ICRCLen {
+	if f&(HasPayload|MayExtend) == 0 && len(b) != hdr+ICRCLen {
 		return &ParseError{Reason: "payload on an opcode that carries none", Opcode: op, Len: len(b)}
 	}
-	if f&HasPayload != 0 && (payload+int(p.BTH.PadCnt))&3 != 0 {
+	if f&(HasPayload|MayExtend) != 0 && (payload+int(p.BTH.PadCnt))&3 != 0 {
 		return &ParseError{Reason: "payload and pad not a multiple of 4", Opcode: op, Len: len(b)}
 	}
 	off := BTHLen
@@ -107,7 +107,7 @@ func (p *Packet) EncodeHeaders(b []byte, payloadLen int) (int, error) {
 		return 0, &ParseError{Reason: "encode: unknown opcode", Opcode: op}
 	}
 	f := op.Flags()
-	if f&HasPayload == 0 && payloadLen != 0 {
+	if f&(HasPayload|MayExtend) == 0 && payloadLen != 0 {
 		return 0, &ParseError{Reason: "encode: payload on an opcode that carries none", Opcode: op, Len: payloadLen}
 	}
 	hdr := op.HeaderLen()

@@ -106,7 +106,8 @@ func TestParseRejectsMalformedPackets(t *testing.T) {
 		{"unknown opcode", func() []byte { b := valid(wire.RCSendOnly, 4); b[0] = 0x1f; return b }()},
 		{"transport version 1", func() []byte { b := valid(wire.RCSendOnly, 4); b[1] |= 1; return b }()},
 		{"truncated RETH", valid(wire.RCWriteOnly, 0)[:wire.BTHLen+8+wire.ICRCLen]},
-		{"ACK with payload", append(valid(wire.RCAcknowledge, 0), 0, 0, 0, 0)},
+		{"READ request with payload", append(valid(wire.RCReadRequest, 0), 0, 0, 0, 0)},
+		{"ACK trailer not a multiple of 4", append(valid(wire.RCAcknowledge, 0), 0)},
 		{"pad beyond payload", func() []byte { b := valid(wire.RCSendOnly, 0); b[1] |= 3 << 4; return b }()},
 		{"unaligned", append(valid(wire.RCSendOnly, 4), 0)},
 	} {
