@@ -71,7 +71,7 @@ func (s *side) clientBW(peer info) (*result, error) {
 		op = vroce.WRRDMAWriteWithImm
 		for q, qp := range s.qps { // receives for the credits
 			for k := 0; k < s.ring; k++ {
-				if err := qp.PostRecv(vroce.RecvWR{ID: uint64(q), SGL: []vroce.SGE{s.mr.SGE(s.credit(q), creditSize)}}); err != nil {
+				if err := qp.PostRecv(vroce.RecvWR{ID: uint64(q), SGL: []vroce.SGE{s.mr.SGE(s.credit(q, k), creditSize)}}); err != nil {
 					return nil, err
 				}
 			}
@@ -83,6 +83,7 @@ func (s *side) clientBW(peer info) (*result, error) {
 	posted := make([]int, nq)    // per QP
 	completed := make([]int, nq) // per QP
 	credit := make([]int, nq)    // write --verify: messages the receiver has checked
+	credits := make([]int, nq)   // credit messages received
 	perQP := func(q int) int { return (cfg.Iters - q + nq - 1) / nq }
 	totalDone := 0
 	var marks []mark
@@ -120,8 +121,10 @@ func (s *side) clientBW(peer info) (*result, error) {
 		for _, wc := range wcs {
 			q := int(wc.ID)
 			if wc.Opcode == vroce.WCRecv { // a credit
-				credit[q] = int(binary.LittleEndian.Uint64(s.buf[s.credit(q):]))
-				if err := s.qps[q].PostRecv(vroce.RecvWR{ID: uint64(q), SGL: []vroce.SGE{s.mr.SGE(s.credit(q), creditSize)}}); err != nil {
+				k := credits[q]
+				credit[q] = int(binary.LittleEndian.Uint64(s.buf[s.credit(q, k):]))
+				credits[q]++
+				if err := s.qps[q].PostRecv(vroce.RecvWR{ID: uint64(q), SGL: []vroce.SGE{s.mr.SGE(s.credit(q, k), creditSize)}}); err != nil {
 					return nil, err
 				}
 				continue

@@ -66,7 +66,7 @@ func newSide(cfg *config, devCfg vroce.Config) (*side, error) {
 	if s.cq, err = dev.CreateCQ(depth); err != nil {
 		return fail(err)
 	}
-	s.buf = make([]byte, s.region*cfg.QPs+creditArea*cfg.QPs)
+	s.buf = make([]byte, s.region*cfg.QPs+s.ring*creditSize*cfg.QPs)
 	access := vroce.AccessLocalWrite | vroce.AccessRemoteWrite | vroce.AccessRemoteRead | vroce.AccessRemoteAtomic
 	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
 		return fail(err)
@@ -137,11 +137,12 @@ func (s *side) connect(own []uint32, peer info) error {
 // slot is where message slot k of QP q lives, as an offset in the buffer.
 func (s *side) slot(q, k int) int { return q*s.region + (k%s.ring)*s.cfg.Size }
 
-// creditArea is the room per QP, after the message slots, where credit
-// messages land.
-const creditArea = 64
-
-func (s *side) credit(q int) int { return s.region*len(s.qps) + creditArea*q }
+// credit is where credit receive k of QP q lands, after the message slots:
+// each outstanding receive has its own, so a credit arriving never
+// overwrites one being read.
+func (s *side) credit(q, k int) int {
+	return s.region*len(s.qps) + (q*s.ring+k%s.ring)*creditSize
+}
 
 // counters sums the transport counters of the side's QPs.
 func (s *side) counters() (retransmits, timeouts uint64) {
