@@ -54,6 +54,7 @@ type Device struct {
 	mrTable sync.Map // key -> *MR, read by every access check without locks
 
 	atomicMu sync.Mutex // remote atomics execute one at a time per device
+	heldBufs sync.Pool  // *[]byte: out-of-order requests kept for selective repeat
 	timers   timerQueue
 	events   eventQueue
 	pcap     *pcapRecorder
@@ -105,6 +106,7 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 	d.timers.wake = make(chan struct{}, 1)
 	d.events.init()
 	d.batches.New = func() any { return newTxBatch(p.BatchSize()) }
+	d.heldBufs.New = func() any { b := make([]byte, 0, MaxPacketSize); return &b }
 	path := cfg.PcapPath
 	if path == "" {
 		path = os.Getenv("VROCE_PCAP")
@@ -280,7 +282,7 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 		d.stats.rxBadICRC.Add(1)
 		return
 	}
-	qp.receive(&p, pkt.Addr, out)
+	qp.receive(&p, pkt.Data, pkt.Addr, out)
 }
 
 // checkICRC verifies the ICRC over headers rebuilt from the addresses (see

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"vroce.dev/vroce/wire"
 )
@@ -92,10 +93,12 @@ const (
 	QPAttrSQPSN
 	QPAttrMaxDestRdAtomic
 	QPAttrDestQPN
+	// QPAttrSelectiveRepeat is a vRoCE extension: both ends speak SACK.
+	QPAttrSelectiveRepeat
 	qpAttrEnd
 )
 
-var qpAttrNames = []string{"STATE", "ACCESS_FLAGS", "PKEY_INDEX", "PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN"}
+var qpAttrNames = []string{"STATE", "ACCESS_FLAGS", "PKEY_INDEX", "PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN", "SELECTIVE_REPEAT"}
 
 func (m QPAttrMask) String() string {
 	var names []string
@@ -132,6 +135,11 @@ type QPAttr struct {
 	MaxDestRdAtomic int   // outstanding READ/atomic this QP accepts
 	MinRNRTimer     uint8 // RNR NAK timer code, 0-31
 	DestQPN         uint32
+	// SelectiveRepeat says the peer is a vRoCE device that negotiated
+	// selective repeat (the connection manager does this): the responder
+	// keeps out-of-order requests and reports them in SACKs. Without it
+	// the QP behaves as rdma_rxe (go-back-N) and interoperates with it.
+	SelectiveRepeat bool
 }
 
 // transition lists, for one state change and QP type, the attributes a
@@ -154,7 +162,7 @@ func init() {
 	// The tables of IBA 11.2.4.2 (ibv_modify_qp), RC and UD.
 	defineTransition(RC, QPSReset, QPSInit, QPAttrAccessFlags, port)
 	defineTransition(RC, QPSInit, QPSInit, st, QPAttrAccessFlags|port)
-	defineTransition(RC, QPSInit, QPSRTR, QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer, QPAttrAccessFlags|port)
+	defineTransition(RC, QPSInit, QPSRTR, QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer, QPAttrAccessFlags|port|QPAttrSelectiveRepeat)
 	defineTransition(RC, QPSRTR, QPSRTS, QPAttrSQPSN|rcSQ, rcRT)
 	defineTransition(RC, QPSRTS, QPSRTS, st, rcRT)
 	defineTransition(RC, QPSRTS, QPSSQD, st, 0)
@@ -311,7 +319,10 @@ func (qp *QP) Attr() QPAttr {
 func (qp *QP) Stats() QPStats {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	return qp.stats
+	s := qp.stats
+	s.CWnd = qp.req.window()
+	s.SRTT, s.MinRTT = time.Duration(qp.req.rtt.srtt), time.Duration(qp.req.rtt.minRTT)
+	return s
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp). mask must
@@ -358,7 +369,7 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 		return nil
 	case QPSRTR:
 		if from == QPSInit {
-			qp.resp.reset(qp.attr.RQPSN)
+			qp.resp.reset(qp, qp.attr.RQPSN, qp.attr.SelectiveRepeat)
 		}
 	case QPSRTS:
 		if from == QPSRTR {
@@ -438,6 +449,7 @@ func (qp *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 	set(QPAttrMaxDestRdAtomic, func() { q.MaxDestRdAtomic = a.MaxDestRdAtomic })
 	set(QPAttrMinRNRTimer, func() { q.MinRNRTimer = a.MinRNRTimer })
 	set(QPAttrDestQPN, func() { q.DestQPN = a.DestQPN })
+	set(QPAttrSelectiveRepeat, func() { q.SelectiveRepeat = a.SelectiveRepeat })
 	qp.mtu = int(qp.dev.attr.ActiveMTU)
 	if qp.typ == RC && q.PathMTU != 0 {
 		qp.mtu = int(q.PathMTU)
@@ -448,7 +460,7 @@ func (qp *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 func (qp *QP) reset() {
 	qp.rq = recvRing{max: qp.cap.MaxRecvWR}
 	qp.req.init(qp.cap.MaxSendWR)
-	qp.resp = responder{}
+	qp.resp.reset(qp, 0, false)
 	qp.attr = QPAttr{}
 	qp.flow = wire.Flow{}
 }
@@ -462,6 +474,7 @@ func (qp *QP) toErrorLocked() {
 	wasReset := qp.state == QPSReset
 	qp.state = QPSErr
 	qp.req.flush(qp)
+	qp.resp.release(qp)
 	for {
 		w, ok := qp.rq.pop()
 		if !ok {
@@ -558,8 +571,9 @@ func (qp *QP) flowSrc() netip.AddrPort {
 	return qp.flow.Src
 }
 
-// receive handles one packet addressed to the QP, from src.
-func (qp *QP) receive(p *wire.Packet, src netip.AddrPort, out *txBatch) {
+// receive handles one packet addressed to the QP, from src; raw is the
+// packet's bytes, kept if it must wait for its turn.
+func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBatch) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	switch qp.state {
@@ -587,7 +601,7 @@ func (qp *QP) receive(p *wire.Packet, src netip.AddrPort, out *txBatch) {
 		}
 		return
 	}
-	qp.resp.onRequest(qp, p, out)
+	qp.resp.onRequest(qp, p, raw, out)
 }
 
 // kick sends what the send queue can send now, under qp.mu.

@@ -50,8 +50,8 @@ func FuzzQPReceive(f *testing.F) {
 		}{
 			{QPAttr{State: QPSReset}, QPAttrState},
 			{QPAttr{State: QPSInit, AccessFlags: accessAll}, QPAttrState | QPAttrAccessFlags},
-			{QPAttr{State: QPSRTR, Dest: peer, PathMTU: MTU1024, DestQPN: peerQPN, RQPSN: rqPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1},
-				QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer},
+			{QPAttr{State: QPSRTR, Dest: peer, PathMTU: MTU1024, DestQPN: peerQPN, RQPSN: rqPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1, SelectiveRepeat: true},
+				QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrSelectiveRepeat},
 			{QPAttr{State: QPSRTS, SQPSN: sqPSN, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
 				QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic},
 		}

@@ -15,9 +15,6 @@ import (
 // waits out RNR NAKs and completes work requests in order.
 
 const (
-	// sendWindow caps the PSNs in flight. Selective repeat and congestion
-	// control, which size it to the path, are issue 3's.
-	sendWindow = 256
 	// ackEvery asks for an ACK at least this often inside long messages,
 	// so that the window keeps moving (rxe asks every 65 packets).
 	ackEvery = 64
@@ -89,30 +86,54 @@ type requester struct {
 	head, next, tail uint64    // complete < head <= next (being sent) <= tail
 	max              int
 
-	nextPSN uint32 // PSN of the next packet of sq[next]
-	sndNxt  uint32 // first PSN not yet assigned
-	sndUna  uint32 // oldest PSN not acknowledged
+	nextPSN uint32 // the next new PSN of sq[next] to send
+	sndNxt  uint32 // first PSN not yet assigned to a work request
+	sndUna  uint32 // oldest PSN not known delivered
 	sndMax  uint32 // one past the highest PSN ever sent
 
-	rdInFlight    int // READs and atomics sent and not completed
-	sinceAckReq   int
-	retriesLeft   int
-	rnrLeft       int
-	rtoAt, rnrAt  int64 // deadlines on the device clock, 0 when off
-	rnrWait       bool
-	readRestart   uint32 // PSN a lost READ response was last re-requested from
-	restarting    bool
+	pk         []pktState // per PSN in [sndUna, sndMax): the scoreboard
+	lostCount  int        // PSNs marked lost and not yet resent
+	highHeld   uint32     // highest PSN known received (ACK, SACK or response)
+	rackSentAt int64      // latest send time among PSNs known received
+
+	rdInFlight  int // READs and atomics sent and not completed
+	sinceAckReq int
+
+	rtt        rttEstimator
+	cc         congestion
+	backoff    int
+	rtoAt      int64 // retransmission timeout, 0 when nothing is in flight
+	probeAt    int64 // tail-loss probe
+	rnrAt      int64 // end of an RNR wait
+	paceAt     int64 // when the pacer lets the next packet go
+	progressAt int64 // last time anything was acknowledged
+	rnrLeft    int
+	rnrWait    bool
+
 	drainReported bool
+}
+
+// pktState is what the requester knows of one PSN in flight.
+type pktState struct {
+	sentAt int64
+	retx   bool // sent more than once: gives no RTT sample (Karn)
+	held   bool // SACKed: the responder holds it, do not resend
+	done   bool // delivered: acknowledged, or its READ response or atomic ACK arrived
+	lost   bool // queued to be sent again
+	read   bool // a READ or atomic PSN: delivered only by its response
 }
 
 func (r *requester) init(max int) {
 	*r = requester{max: max}
+	r.cc.init()
 }
 
 func (r *requester) start(qp *QP) {
 	a := &qp.attr
 	r.nextPSN, r.sndNxt, r.sndUna, r.sndMax = a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN
-	r.retriesLeft, r.rnrLeft = int(a.RetryCnt), int(a.RNRRetry)
+	r.highHeld = psnAdd(a.SQPSN, -1)
+	r.rnrLeft = int(a.RNRRetry)
+	r.progressAt = qp.dev.now()
 }
 
 func (r *requester) slot(i uint64) *sendWQE { return &r.sq[i&uint64(len(r.sq)-1)] }
@@ -136,8 +157,40 @@ func (r *requester) reserve() *sendWQE {
 	return w
 }
 
-// rto is the local ACK timeout; 0 means none (infinite).
-func (qp *QP) rto() int64 {
+// pkt is the scoreboard entry of psn, which must be in [sndUna, sndMax)
+// or the next PSN to send; the scoreboard grows to hold it.
+func (r *requester) pkt(psn uint32) *pktState {
+	need := int(psnDiff(psn, r.sndUna)) + 1
+	if need > len(r.pk) {
+		size := max(64, len(r.pk))
+		for size < need {
+			size *= 2
+		}
+		pk := make([]pktState, size)
+		if len(r.pk) > 0 {
+			for p := r.sndUna; p != r.sndMax; p = psnAdd(p, 1) {
+				pk[p&uint32(size-1)] = r.pk[p&uint32(len(r.pk)-1)]
+			}
+		}
+		r.pk = pk
+	}
+	return &r.pk[psn&uint32(len(r.pk)-1)]
+}
+
+// tracked reports whether psn is on the scoreboard: sent and not yet
+// passed by sndUna. Only such PSNs may be looked up; any other index would
+// alias a live entry of the ring.
+func (r *requester) tracked(psn uint32) bool {
+	return psnDiff(psn, r.sndUna) >= 0 && psnDiff(psn, r.sndMax) < 0
+}
+
+// outstanding reports whether any sent PSN is not yet delivered.
+func (r *requester) outstanding() bool { return r.sndUna != r.sndMax }
+
+// ackTimeout is the verbs local ACK timeout (4.096 us x 2^Timeout); 0 is
+// infinite. The adaptive RTO never exceeds it, and a QP fails after
+// retry_cnt + 1 of them pass without progress.
+func (qp *QP) ackTimeout() int64 {
 	if qp.attr.Timeout == 0 {
 		return 0
 	}
@@ -232,21 +285,44 @@ func (qp *QP) postOne(wr *SendWR) error {
 	return nil
 }
 
-// pump sends what the window, the READ/atomic depth and fences allow.
+// window is how many PSNs may be in flight.
+func (r *requester) window() int { return min(r.cc.window(), maxWindow) }
+
+// pump sends what the window, the pacer, the READ/atomic depth and fences
+// allow: PSNs marked lost first, then new ones.
 func (r *requester) pump(qp *QP, b *txBatch) {
 	if qp.state == QPSErr || r.rnrWait {
 		return
 	}
+	now := qp.dev.now()
+	for r.lostCount > 0 {
+		psn, ok := r.nextLost()
+		if !ok {
+			r.lostCount = 0
+			break
+		}
+		w := r.wqeFor(psn)
+		if w == nil { // cannot happen: a PSN in flight belongs to a work request
+			st := r.pkt(psn)
+			st.lost, st.done = false, true
+			r.lostCount--
+			continue
+		}
+		if !r.paced(now) {
+			break
+		}
+		r.emit(qp, w, psn, b, now)
+	}
 	mtu := qp.mtu
 	maxRd := max(qp.attr.MaxRdAtomic, 1)
-	for r.next < r.tail {
+	for r.next < r.tail && r.paceAt == 0 {
 		w := r.slot(r.next)
 		if !w.assigned {
 			rd := w.op == WRRDMARead || w.op.isAtomic()
 			if qp.state != QPSRTS || (w.flags&SendFence != 0 && r.rdInFlight > 0) || (rd && r.rdInFlight >= maxRd) {
 				break
 			}
-			if psnDiff(r.sndNxt, r.sndUna) >= sendWindow {
+			if int(psnDiff(r.sndNxt, r.sndUna)) >= r.window() {
 				break
 			}
 			w.assigned, w.psn, w.npsn = true, r.sndNxt, w.packets(mtu)
@@ -256,10 +332,10 @@ func (r *requester) pump(qp *QP, b *txBatch) {
 				r.rdInFlight++
 			}
 		}
-		if psnDiff(r.nextPSN, r.sndUna) >= sendWindow {
+		if int(psnDiff(r.nextPSN, r.sndUna)) >= r.window() || !r.paced(now) {
 			break
 		}
-		r.emitRequest(qp, w, b)
+		r.nextPSN = r.emit(qp, w, r.nextPSN, b, now)
 		if psnDiff(r.nextPSN, psnAdd(w.psn, w.npsn)) >= 0 {
 			r.next++
 			if r.next < r.tail && r.slot(r.next).assigned {
@@ -267,43 +343,125 @@ func (r *requester) pump(qp *QP, b *txBatch) {
 			}
 		}
 	}
-	if r.rtoAt == 0 && psnDiff(r.sndNxt, r.sndUna) > 0 {
-		r.armRTO(qp)
+	r.armTimers(qp, now)
+}
+
+// ackInterval is how many packets may go without asking for an ACK: rxe's
+// 64, or with a vRoCE peer (whose ACKs are coalesced per received batch)
+// often enough for at least four ACKs per window, so the ACK clock keeps
+// ticking when the window is small.
+func (r *requester) ackInterval(qp *QP) int {
+	if !qp.attr.SelectiveRepeat {
+		return ackEvery
+	}
+	return min(ackEvery, max(r.window()/4, 1)-1)
+}
+
+// paced asks the pacer for one packet; when it refuses, pump stops and the
+// timer resumes it.
+func (r *requester) paced(now int64) bool {
+	ok, at := r.cc.pace(r.rtt.srtt, now)
+	if !ok {
+		r.paceAt = at
+	}
+	return ok
+}
+
+// nextLost finds the oldest PSN marked lost.
+func (r *requester) nextLost() (uint32, bool) {
+	for p := r.sndUna; p != r.sndMax; p = psnAdd(p, 1) {
+		if r.pkt(p).lost {
+			return p, true
+		}
+	}
+	return 0, false
+}
+
+// wqeFor finds the work request that psn belongs to.
+func (r *requester) wqeFor(psn uint32) *sendWQE {
+	for i := r.head; i < r.tail; i++ {
+		w := r.slot(i)
+		if !w.assigned {
+			break
+		}
+		if psnDiff(psn, w.psn) >= 0 && psnDiff(psn, w.lastPSN()) <= 0 {
+			return w
+		}
+	}
+	return nil
+}
+
+// armTimers keeps the RTO, the tail-loss probe and the retry deadline
+// running while anything is in flight.
+func (r *requester) armTimers(qp *QP, now int64) {
+	if !r.outstanding() {
+		r.rtoAt, r.probeAt = 0, 0
+		return
+	}
+	if r.rtoAt == 0 {
+		r.rtoAt = now + r.rtt.rto(r.backoff, qp.ackTimeout())
+	}
+	// A tail-loss probe makes sense only at a tail: everything sent and
+	// nothing queued to resend. While more waits, ACKs will come.
+	atTail := r.next == r.tail && r.lostCount == 0
+	if r.backoff == 0 && atTail && r.probeAt == 0 {
+		r.probeAt = now + r.rtt.pto()
+	} else if !atTail {
+		r.probeAt = 0
+	}
+	r.schedule(qp)
+}
+
+// schedule asks the device timer for the earliest deadline.
+func (r *requester) schedule(qp *QP) {
+	next := int64(0)
+	for _, at := range [...]int64{r.rtoAt, r.probeAt, r.rnrAt, r.paceAt, r.failAt(qp)} {
+		if at != 0 && (next == 0 || at < next) {
+			next = at
+		}
+	}
+	if next != 0 {
+		qp.dev.schedule(qp, next)
 	}
 }
 
-func (r *requester) armRTO(qp *QP) {
-	if rto := qp.rto(); rto > 0 {
-		r.rtoAt = qp.dev.now() + rto
-		qp.dev.schedule(qp, r.rtoAt)
+// failAt is when the QP gives up: retry_cnt + 1 local ACK timeouts without
+// progress. Never, for an infinite timeout.
+func (r *requester) failAt(qp *QP) int64 {
+	t := qp.ackTimeout()
+	if t == 0 || !r.outstanding() || r.rnrWait {
+		return 0
 	}
+	return r.progressAt + t*(int64(qp.attr.RetryCnt)+1)
 }
 
-// emitRequest builds the packet of w at r.nextPSN and advances nextPSN.
-func (r *requester) emitRequest(qp *QP, w *sendWQE, b *txBatch) {
+// emit builds and queues the packet of w at psn and returns the PSN after
+// it. A READ request covers the rest of its 64-packet chunk, or, resent,
+// the run of missing responses from psn.
+func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) uint32 {
 	mtu := qp.mtu
-	k := int(psnDiff(r.nextPSN, w.psn))
-	readPSNs := 0
+	k := int(psnDiff(psn, w.psn))
 	buf := qp.emit(b)
-	p := wire.Packet{BTH: wire.BTH{PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: r.nextPSN}}
-	n := 0
+	p := wire.Packet{BTH: wire.BTH{PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psn}}
+	n, covers := 0, 1
 	switch {
 	case w.op == WRRDMARead:
+		covers = readChunk - k%readChunk
+		covers = min(covers, w.npsn-k)
+		for i := 1; i < covers; i++ { // stop at a response already here
+			if q := psnAdd(psn, i); r.tracked(q) && (r.pkt(q).done || r.pkt(q).held) {
+				covers = i
+				break
+			}
+		}
 		off := k * mtu
-		// Chunks keep fixed boundaries (packets [64i, 64i+64)), so that a
-		// re-request from the middle of one covers exactly PSNs the
-		// responder has seen and the next request starts where it expects.
-		chunk := min(w.length-off, (readChunk-k%readChunk)*mtu)
 		p.BTH.Opcode, p.BTH.AckReq = wire.RCReadRequest, true
-		p.RETH = wire.RETH{VA: w.raddr + uint64(off), RKey: w.rkey, DMALen: uint32(chunk)}
-		readPSNs = max((chunk+mtu-1)/mtu, 1)
+		p.RETH = wire.RETH{VA: w.raddr + uint64(off), RKey: w.rkey, DMALen: uint32(min(covers*mtu, w.length-off))}
 	case w.op.isAtomic():
 		p.BTH.Opcode, p.BTH.AckReq = wire.RCFetchAdd, true
+		p.Atomic = wire.AtomicETH{VA: w.raddr, RKey: w.rkey, SwapAdd: w.cmpAdd}
 		if w.op == WRAtomicCmpAndSwp {
 			p.BTH.Opcode = wire.RCCompareSwap
-		}
-		p.Atomic = wire.AtomicETH{VA: w.raddr, RKey: w.rkey, SwapAdd: w.cmpAdd, Compare: 0}
-		if w.op == WRAtomicCmpAndSwp {
 			p.Atomic.SwapAdd, p.Atomic.Compare = w.swap, w.cmpAdd
 		}
 	default:
@@ -312,7 +470,7 @@ func (r *requester) emitRequest(qp *QP, w *sendWQE, b *txBatch) {
 		first, last := k == 0, off+n >= w.length
 		p.BTH.Opcode = requestOpcode(w.op, first, last)
 		p.BTH.SE = last && w.flags&SendSolicited != 0
-		p.BTH.AckReq = last || r.sinceAckReq >= ackEvery
+		p.BTH.AckReq = last || r.sinceAckReq >= r.ackInterval(qp)
 		if first && w.op.isWrite() {
 			p.RETH = wire.RETH{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)}
 		}
@@ -330,17 +488,370 @@ func (r *requester) emitRequest(qp *QP, w *sendWQE, b *txBatch) {
 	} else {
 		r.sinceAckReq++
 	}
-	if w.op == WRRDMARead {
-		r.nextPSN = psnAdd(r.nextPSN, readPSNs)
-	} else {
-		r.nextPSN = psnAdd(r.nextPSN, 1)
+	for i := 0; i < covers; i++ {
+		q := psnAdd(psn, i)
+		resent := psnDiff(q, r.sndMax) < 0
+		st := r.pkt(q)
+		if !resent {
+			*st = pktState{read: w.op == WRRDMARead || w.op.isAtomic()}
+			r.sndMax = psnAdd(q, 1)
+		} else if st.lost {
+			st.lost = false
+			r.lostCount--
+		}
+		st.sentAt, st.retx = now, st.retx || resent
+		if resent && i == 0 {
+			qp.stats.Retransmits++
+		}
 	}
-	if psnDiff(p.BTH.PSN, r.sndMax) < 0 {
-		qp.stats.Retransmits++
+	return psnAdd(psn, covers)
+}
+
+// onResponse handles an ACK, NAK, READ response or atomic ACK (the
+// completer), then sends what the window now allows.
+func (r *requester) onResponse(qp *QP, p *wire.Packet) {
+	psn := p.BTH.PSN
+	if psnDiff(psn, r.sndMax) >= 0 || psnDiff(psn, psnAdd(r.sndUna, -maxWindow)) < 0 {
+		return // acknowledges nothing in flight
 	}
-	if psnDiff(r.nextPSN, r.sndMax) > 0 {
-		r.sndMax = r.nextPSN
+	now := qp.dev.now()
+	una, lost := r.sndUna, r.lostCount
+	switch op := p.BTH.Opcode; op {
+	case wire.RCAcknowledge:
+		r.onAck(qp, p, now)
+	case wire.RCAtomicAcknowledge:
+		r.ackThrough(qp, psnAdd(psn, -1), now)
+		if w := r.wqeFor(psn); w != nil && w.op.isAtomic() && r.tracked(psn) && !r.pkt(psn).done {
+			var v [8]byte
+			binary.NativeEndian.PutUint64(v[:], p.AtomicAck)
+			w.scatter(v[:], 0)
+			r.delivered(psn, now)
+		}
+	default: // READ response
+		r.ackThrough(qp, psnAdd(psn, -1), now)
+		r.onReadResponse(qp, p, now)
 	}
+	if qp.state == QPSErr {
+		return
+	}
+	r.advance(qp, now)
+	r.retire(qp)
+	if r.sndUna != una || r.lostCount != lost {
+		qp.kick() // the window moved or a retransmission is due
+	}
+	qp.checkDrained()
+}
+
+func (r *requester) onAck(qp *QP, p *wire.Packet, now int64) {
+	psn, syn := p.BTH.PSN, p.AETH.Syndrome
+	switch syn.Kind() {
+	case wire.SyndromeACK:
+		r.ackThrough(qp, psn, now)
+		var sack wire.SACK
+		if len(p.Payload) > 0 && wire.ParseSACK(&sack, p.Payload) {
+			qp.stats.SACKsRecv++
+			r.onSACK(&sack, now)
+		}
+		r.detectLosses(qp, now)
+	case wire.SyndromeRNRNAK:
+		qp.stats.RNRNAKsRecv++
+		r.ackThrough(qp, psnAdd(psn, -1), now)
+		r.advance(qp, now)
+		r.retire(qp)
+		if r.rnrLeft == 0 {
+			r.failHead(qp, WCRNRRetryExcErr)
+			return
+		}
+		if qp.attr.RNRRetry != 7 {
+			r.rnrLeft--
+		}
+		r.markLostFrom(psn) // the responder drops what follows, as rxe does
+		r.rnrWait = true
+		r.rtoAt, r.probeAt = 0, 0
+		r.rnrAt = now + int64(rnrDelay(syn.Value()))
+		r.schedule(qp)
+	case wire.SyndromeNAK:
+		r.ackThrough(qp, psnAdd(psn, -1), now)
+		if syn.Value() == wire.NAKPSNSequenceError {
+			// A go-back-N responder (rxe) dropped everything from psn.
+			qp.stats.SeqNAKsRecv++
+			r.markLostFrom(psn)
+			r.cc.onLoss(r.rtt.srtt, now)
+			return
+		}
+		qp.stats.RemoteAbortErr++
+		status := WCRemOpErr
+		switch syn.Value() {
+		case wire.NAKInvalidRequest:
+			status = WCRemInvReqErr
+		case wire.NAKRemoteAccessError:
+			status = WCRemAccessErr
+		}
+		r.advance(qp, now)
+		r.retire(qp)
+		r.failHead(qp, status)
+	}
+}
+
+// ackThrough records a cumulative ACK: every SEND and WRITE PSN up to psn
+// is delivered. READ responses below it that have not come were lost: the
+// responder sent them before this ACK.
+func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
+	if psnDiff(psn, r.sndUna) < 0 {
+		return
+	}
+	last := psnAdd(psn, 1)
+	if psnDiff(last, r.sndMax) > 0 {
+		last = r.sndMax
+	}
+	sample := int64(0)
+	for p := r.sndUna; p != last; p = psnAdd(p, 1) {
+		st := r.pkt(p)
+		if st.done {
+			continue
+		}
+		if st.read {
+			if !st.lost && !st.held && st.sentAt < now-r.rtt.srtt/2 {
+				st.lost = true
+				r.lostCount++
+			}
+			continue
+		}
+		if !st.retx && !st.held { // a held PSN gave its sample when SACKed
+			sample = max(sample, st.sentAt)
+		}
+		r.delivered(p, now)
+	}
+	if sample != 0 {
+		r.rtt.sample(now - sample)
+	}
+}
+
+// delivered marks psn delivered.
+func (r *requester) delivered(psn uint32, now int64) {
+	st := r.pkt(psn)
+	if st.done {
+		return
+	}
+	if st.lost {
+		st.lost = false
+		r.lostCount--
+	}
+	st.done = true
+	r.noteReceived(psn, st.sentAt)
+}
+
+// noteReceived updates the evidence loss detection compares against.
+func (r *requester) noteReceived(psn uint32, sentAt int64) {
+	if psnDiff(psn, r.highHeld) > 0 {
+		r.highHeld = psn
+	}
+	r.rackSentAt = max(r.rackSentAt, sentAt)
+}
+
+func (r *requester) onSACK(s *wire.SACK, now int64) {
+	for _, blk := range s.Blocks[:s.N] {
+		for i := uint32(0); i < blk.Count && i < maxWindow; i++ {
+			p := psnAdd(blk.First, int(i))
+			if !r.tracked(p) {
+				continue
+			}
+			st := r.pkt(p)
+			if st.done || st.held {
+				continue
+			}
+			st.held = true
+			if st.lost {
+				st.lost = false
+				r.lostCount--
+			}
+			if !st.retx {
+				r.rtt.sample(now - st.sentAt)
+			}
+			r.noteReceived(p, st.sentAt)
+		}
+	}
+}
+
+// lossThreshold is how many later PSNs must have arrived before a missing
+// one counts as lost (TCP's duplicate-ACK threshold).
+const lossThreshold = 3
+
+// detectLosses marks lost every PSN that later ones, sent no earlier,
+// overtook by lossThreshold: resent packets are judged only by newer
+// evidence than their own resend.
+func (r *requester) detectLosses(qp *QP, now int64) {
+	found := false
+	for p := r.sndUna; p != r.sndMax && psnDiff(r.highHeld, p) >= lossThreshold; p = psnAdd(p, 1) {
+		st := r.pkt(p)
+		if st.done || st.held || st.lost || st.sentAt > r.rackSentAt {
+			continue
+		}
+		st.lost = true
+		r.lostCount++
+		found = true
+	}
+	if found {
+		qp.stats.FastRetransmits++
+		r.cc.onLoss(r.rtt.srtt, now)
+	}
+}
+
+// markLostFrom queues every undelivered PSN from psn on to be resent.
+func (r *requester) markLostFrom(psn uint32) {
+	if psnDiff(psn, r.sndUna) < 0 {
+		psn = r.sndUna
+	}
+	for p := psn; psnDiff(p, r.sndMax) < 0; p = psnAdd(p, 1) {
+		st := r.pkt(p)
+		if !st.done && !st.lost {
+			st.lost, st.held = true, false
+			r.lostCount++
+		}
+	}
+}
+
+func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64) {
+	psn := p.BTH.PSN
+	if !r.tracked(psn) {
+		return // a duplicate of a response already passed
+	}
+	w := r.wqeFor(psn)
+	if w == nil || w.op != WRRDMARead || r.pkt(psn).done {
+		return // a duplicate, or for a READ already complete
+	}
+	mtu := qp.mtu
+	off := int(psnDiff(psn, w.psn)) * mtu
+	// A READ goes out in chunks and is re-requested in pieces, so FIRST
+	// and LAST mark requests, not the work request: the PSN and the
+	// length decide.
+	if len(p.Payload) != min(mtu, w.length-off) {
+		r.failHead(qp, WCBadRespErr)
+		return
+	}
+	w.scatter(p.Payload, off)
+	w.respGot++
+	st := r.pkt(psn)
+	if !st.retx {
+		r.rtt.sample(now - st.sentAt)
+	}
+	r.delivered(psn, now)
+	r.detectLosses(qp, now)
+}
+
+// advance moves sndUna over delivered PSNs and records progress.
+func (r *requester) advance(qp *QP, now int64) {
+	moved := 0
+	for r.sndUna != r.sndMax && r.pkt(r.sndUna).done {
+		r.sndUna = psnAdd(r.sndUna, 1)
+		moved++
+	}
+	if moved == 0 {
+		return
+	}
+	r.cc.onAck(moved, r.rtt.latest, r.rtt.minRTT, r.rtt.srtt, now)
+	r.progressAt = now
+	r.backoff = 0
+	r.rnrLeft = int(qp.attr.RNRRetry)
+	r.rtoAt, r.probeAt = 0, 0 // re-armed from now by pump
+}
+
+// retire completes finished work requests at the head, in order: a work
+// request is finished once sndUna has passed its last PSN.
+func (r *requester) retire(qp *QP) {
+	for r.head < r.tail {
+		w := r.slot(r.head)
+		if !w.assigned || psnDiff(r.sndUna, w.lastPSN()) <= 0 || (r.head == r.next && psnDiff(r.nextPSN, w.lastPSN()) <= 0) {
+			break
+		}
+		if w.op == WRRDMARead || w.op.isAtomic() {
+			r.rdInFlight--
+		}
+		if w.signaled {
+			qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: WCSuccess, Opcode: wcOpcodeFor(w.op), ByteLen: uint32(w.length), QPN: qp.qpn})
+		}
+		w.first, w.ud = span{}, udDest{}
+		clear(w.more)
+		r.head++
+		if r.next < r.head {
+			r.next = r.head
+			if r.head < r.tail && r.slot(r.head).assigned {
+				r.nextPSN = r.slot(r.head).psn
+			}
+		}
+	}
+}
+
+// failHead completes the oldest work request with status and moves the
+// QP to ERR, flushing the rest.
+func (r *requester) failHead(qp *QP, status WCStatus) {
+	if r.head < r.tail {
+		w := r.slot(r.head)
+		qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: status, Opcode: wcOpcodeFor(w.op), QPN: qp.qpn})
+		r.head++
+	}
+	ev := EventQPFatal
+	if status == WCRemAccessErr {
+		ev = EventQPAccessErr
+	} else if status == WCRemInvReqErr {
+		ev = EventQPReqErr
+	}
+	qp.fail(ev)
+}
+
+// flush completes every outstanding work request with WCWRFlushErr.
+func (r *requester) flush(qp *QP) {
+	for ; r.head < r.tail; r.head++ {
+		w := r.slot(r.head)
+		qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: WCWRFlushErr, Opcode: wcOpcodeFor(w.op), QPN: qp.qpn})
+		w.first, w.ud = span{}, udDest{}
+		clear(w.more)
+	}
+	r.next = r.head
+	r.rdInFlight, r.lostCount = 0, 0
+	r.sndUna, r.sndMax = r.sndNxt, r.sndNxt
+	r.rtoAt, r.probeAt, r.rnrAt, r.paceAt, r.rnrWait = 0, 0, 0, 0, false
+}
+
+// onTimer runs the requester's deadlines: the end of an RNR wait or of a
+// pacing gap, a tail-loss probe, a retransmission timeout, and the
+// retry_cnt deadline that fails the QP.
+func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
+	if at := r.failAt(qp); at != 0 && now >= at {
+		qp.stats.Timeouts++
+		r.failHead(qp, WCRetryExcErr)
+		return
+	}
+	if r.rnrAt != 0 && now >= r.rnrAt {
+		r.rnrAt, r.rnrWait = 0, false
+		r.progressAt = now
+	}
+	if r.paceAt != 0 && now >= r.paceAt {
+		r.paceAt = 0
+	}
+	if r.outstanding() {
+		switch {
+		case r.rtoAt != 0 && now >= r.rtoAt:
+			// Everything in flight is presumed lost.
+			qp.stats.Timeouts++
+			r.markLostFrom(r.sndUna)
+			r.backoff++
+			r.cc.onTimeout(now)
+			r.rtoAt, r.probeAt = 0, 0
+		case r.probeAt != 0 && now >= r.probeAt:
+			// A tail-loss probe: resend the newest packet so that the
+			// responder's ACK or SACK shows what is missing.
+			qp.stats.TailProbes++
+			r.probeAt = 0
+			if tail := psnAdd(r.sndMax, -1); !r.pkt(tail).done && !r.pkt(tail).lost {
+				st := r.pkt(tail)
+				st.lost, st.held = true, false
+				r.lostCount++
+			}
+		}
+	}
+	r.pump(qp, b)
+	r.schedule(qp)
 }
 
 // requestOpcode picks the opcode of one packet of a SEND or WRITE. IBA
@@ -364,282 +875,6 @@ func requestOpcode(op WROpcode, first, last bool) wire.Opcode {
 		return base + 2 + imm
 	}
 	return base + 1
-}
-
-// onResponse handles an ACK, NAK, READ response or atomic ACK (the
-// completer), then sends what the opened window allows.
-func (r *requester) onResponse(qp *QP, p *wire.Packet) {
-	psn := p.BTH.PSN
-	if psnDiff(psn, r.sndNxt) >= 0 {
-		return // acknowledges nothing we sent
-	}
-	una, next, nextPSN, head := r.sndUna, r.next, r.nextPSN, r.head
-	op := p.BTH.Opcode
-	switch {
-	case op == wire.RCAcknowledge:
-		r.onAck(qp, psn, p.AETH.Syndrome)
-	case op == wire.RCAtomicAcknowledge:
-		r.ackThrough(qp, psnAdd(psn, -1))
-		if w := r.headWQE(); w != nil && w.op.isAtomic() && w.psn == psn && !w.done {
-			var v [8]byte
-			binary.NativeEndian.PutUint64(v[:], p.AtomicAck)
-			w.scatter(v[:], 0)
-			r.finishRead(qp, w)
-		}
-	default: // READ response
-		r.ackThrough(qp, psnAdd(psn, -1))
-		r.onReadResponse(qp, p)
-	}
-	r.retire(qp)
-	if qp.state == QPSErr {
-		return
-	}
-	if r.sndUna != una || r.next != next || r.nextPSN != nextPSN || r.head != head {
-		qp.kick() // the window moved or a retransmission starts
-	}
-	qp.checkDrained()
-}
-
-func (r *requester) headWQE() *sendWQE {
-	if r.head == r.tail || !r.slot(r.head).assigned {
-		return nil
-	}
-	return r.slot(r.head)
-}
-
-func (r *requester) onAck(qp *QP, psn uint32, syn wire.Syndrome) {
-	switch syn.Kind() {
-	case wire.SyndromeACK:
-		r.ackThrough(qp, psn)
-	case wire.SyndromeRNRNAK:
-		qp.stats.RNRNAKsRecv++
-		r.ackThrough(qp, psnAdd(psn, -1))
-		r.retire(qp)
-		if r.rnrLeft == 0 {
-			r.failAt(qp, psn, WCRNRRetryExcErr)
-			return
-		}
-		if qp.attr.RNRRetry != 7 {
-			r.rnrLeft--
-		}
-		r.goBackN(qp, psn)
-		r.rnrWait = true
-		r.rtoAt = 0
-		r.rnrAt = qp.dev.now() + int64(rnrDelay(syn.Value()))
-		qp.dev.schedule(qp, r.rnrAt)
-	case wire.SyndromeNAK:
-		r.ackThrough(qp, psnAdd(psn, -1))
-		r.retire(qp)
-		if syn.Value() == wire.NAKPSNSequenceError {
-			qp.stats.SeqNAKsRecv++
-			r.goBackN(qp, psn)
-			return
-		}
-		qp.stats.RemoteAbortErr++
-		status := WCRemOpErr
-		switch syn.Value() {
-		case wire.NAKInvalidRequest:
-			status = WCRemInvReqErr
-		case wire.NAKRemoteAccessError:
-			status = WCRemAccessErr
-		}
-		r.failAt(qp, psn, status)
-	}
-}
-
-// ackThrough marks every SEND and WRITE whose last PSN is at or before psn
-// acknowledged. A READ or atomic ends the walk: only its response completes
-// it, and an ACK beyond it means that response was lost.
-func (r *requester) ackThrough(qp *QP, psn uint32) {
-	for i := r.head; i < r.tail; i++ {
-		w := r.slot(i)
-		if !w.assigned || psnDiff(psn, w.psn) < 0 {
-			break
-		}
-		if w.done {
-			continue
-		}
-		if w.op == WRRDMARead || w.op.isAtomic() {
-			if psnDiff(psn, w.lastPSN()) >= 0 {
-				r.restartRead(qp, w)
-			}
-			break
-		}
-		if psnDiff(w.lastPSN(), psn) > 0 { // part of a long message
-			r.progress(qp, psnAdd(psn, 1))
-			break
-		}
-		w.done = true
-		r.progress(qp, psnAdd(w.lastPSN(), 1))
-	}
-}
-
-// progress records that everything before una is acknowledged.
-func (r *requester) progress(qp *QP, una uint32) {
-	if psnDiff(una, r.sndUna) <= 0 {
-		return
-	}
-	r.sndUna = una
-	if psnDiff(r.nextPSN, una) < 0 && r.next < r.tail && r.slot(r.next).assigned && psnDiff(una, r.slot(r.next).lastPSN()) <= 0 {
-		r.nextPSN = una // a go-back-N in progress need not resend what is acknowledged
-	}
-	r.retriesLeft, r.rnrLeft = int(qp.attr.RetryCnt), int(qp.attr.RNRRetry)
-	r.restarting = false
-	if psnDiff(r.sndNxt, r.sndUna) > 0 {
-		if rto := qp.rto(); rto > 0 {
-			r.rtoAt = qp.dev.now() + rto // the timer entry re-arms lazily
-		}
-	} else {
-		r.rtoAt = 0
-	}
-}
-
-func (r *requester) onReadResponse(qp *QP, p *wire.Packet) {
-	w := r.headWQE()
-	if w == nil || w.op != WRRDMARead || w.done {
-		return
-	}
-	psn := p.BTH.PSN
-	expected := psnAdd(w.psn, w.respGot)
-	switch d := psnDiff(psn, expected); {
-	case d < 0:
-		return // duplicate
-	case d > 0: // a response was lost
-		r.restartRead(qp, w)
-		return
-	}
-	mtu := qp.mtu
-	off := w.respGot * mtu
-	last := w.respGot == w.npsn-1
-	// A READ goes out in chunks, and is re-requested from the middle after
-	// a loss, so FIRST and LAST mark requests, not the work request, and a
-	// late answer to an earlier request may carry either: the PSN and the
-	// length decide.
-	if len(p.Payload) != min(mtu, w.length-off) {
-		r.failAt(qp, w.psn, WCBadRespErr)
-		return
-	}
-	w.scatter(p.Payload, off)
-	w.respGot++
-	r.progress(qp, psnAdd(psn, 1))
-	if last {
-		r.finishRead(qp, w)
-	}
-}
-
-// restartRead asks again for the part of a READ (or the atomic) whose
-// response was lost, once per loss.
-func (r *requester) restartRead(qp *QP, w *sendWQE) {
-	from := psnAdd(w.psn, w.respGot)
-	if r.restarting && r.readRestart == from {
-		return
-	}
-	r.restarting, r.readRestart = true, from
-	r.goBackN(qp, from)
-}
-
-func (r *requester) finishRead(qp *QP, w *sendWQE) {
-	w.done = true
-	r.rdInFlight--
-	r.progress(qp, psnAdd(w.lastPSN(), 1))
-}
-
-// goBackN makes psn the next PSN to send: the sender resumes there.
-func (r *requester) goBackN(qp *QP, psn uint32) {
-	for i := r.head; i < r.tail; i++ {
-		w := r.slot(i)
-		if !w.assigned {
-			return
-		}
-		if psnDiff(psn, w.lastPSN()) <= 0 {
-			if psnDiff(psn, w.psn) < 0 {
-				psn = w.psn
-			}
-			if w.op == WRRDMARead {
-				psn = psnAdd(w.psn, w.respGot) // re-request what has not arrived
-			}
-			r.next, r.nextPSN = i, psn
-			return
-		}
-	}
-}
-
-// retire completes finished work requests at the head, in order.
-func (r *requester) retire(qp *QP) {
-	for r.head < r.tail {
-		w := r.slot(r.head)
-		if !w.done {
-			break
-		}
-		if w.signaled {
-			qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: WCSuccess, Opcode: wcOpcodeFor(w.op), ByteLen: uint32(w.length), QPN: qp.qpn})
-		}
-		w.first, w.ud = span{}, udDest{}
-		clear(w.more)
-		r.head++
-		if r.next < r.head {
-			r.next = r.head
-			if r.head < r.tail && r.slot(r.head).assigned {
-				r.nextPSN = r.slot(r.head).psn
-			}
-		}
-	}
-}
-
-// failAt completes the work request holding psn with status and moves the
-// QP to ERR, flushing the rest.
-func (r *requester) failAt(qp *QP, psn uint32, status WCStatus) {
-	if w := r.headWQE(); w != nil {
-		qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: status, Opcode: wcOpcodeFor(w.op), QPN: qp.qpn})
-		r.head++
-	}
-	ev := EventQPFatal
-	if status == WCRemAccessErr {
-		ev = EventQPAccessErr
-	} else if status == WCRemInvReqErr {
-		ev = EventQPReqErr
-	}
-	qp.fail(ev)
-}
-
-// flush completes every outstanding work request with WCWRFlushErr.
-func (r *requester) flush(qp *QP) {
-	for ; r.head < r.tail; r.head++ {
-		w := r.slot(r.head)
-		qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: WCWRFlushErr, Opcode: wcOpcodeFor(w.op), QPN: qp.qpn})
-		w.first, w.ud = span{}, udDest{}
-		clear(w.more)
-	}
-	r.next = r.head
-	r.rdInFlight = 0
-	r.rtoAt, r.rnrAt, r.rnrWait = 0, 0, false
-}
-
-func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
-	if r.rnrAt != 0 && now >= r.rnrAt {
-		r.rnrAt, r.rnrWait = 0, false
-		r.armRTO(qp)
-	}
-	if r.rtoAt != 0 && now >= r.rtoAt {
-		r.rtoAt = 0
-		if r.head < r.tail && psnDiff(r.sndNxt, r.sndUna) > 0 {
-			qp.stats.Timeouts++
-			if r.retriesLeft == 0 {
-				r.failAt(qp, r.sndUna, WCRetryExcErr)
-				return
-			}
-			r.retriesLeft--
-			r.restarting = false
-			r.goBackN(qp, r.sndUna)
-			r.armRTO(qp)
-		}
-	}
-	r.pump(qp, b)
-	for _, at := range []int64{r.rtoAt, r.rnrAt} {
-		if at != 0 {
-			qp.dev.schedule(qp, at)
-		}
-	}
 }
 
 // rnrDelay decodes an RNR timer code (IBA table 45).

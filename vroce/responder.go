@@ -29,6 +29,21 @@ type responder struct {
 
 	ackPending bool // a coalesced ACK is owed
 	ackQueued  bool // the QP is on the receive batch's ACK list
+
+	// Selective repeat, when negotiated: requests that arrive ahead of
+	// ePSN are kept (up to maxWindow PSNs ahead) and reported in SACKs,
+	// then executed in order once the gap fills.
+	sr       bool
+	held     []heldPacket // ring indexed by PSN, allocated on first use
+	heldN    int
+	heldHigh uint32
+}
+
+// heldPacket is a request kept out of order: its bytes, re-parsed when its
+// turn comes.
+type heldPacket struct {
+	psn uint32
+	buf *[]byte
 }
 
 // atomicResult remembers what an atomic returned so that a retransmitted
@@ -39,12 +54,31 @@ type atomicResult struct {
 	valid bool
 }
 
-func (r *responder) reset(psn uint32) { *r = responder{ePSN: psn} }
+func (r *responder) reset(qp *QP, psn uint32, sr bool) {
+	r.release(qp)
+	*r = responder{ePSN: psn, sr: sr}
+}
 
-func (r *responder) onRequest(qp *QP, p *wire.Packet, out *txBatch) {
+// release returns held packets' buffers to the device.
+func (r *responder) release(qp *QP) {
+	for i := range r.held {
+		if r.held[i].buf != nil {
+			qp.dev.heldBufs.Put(r.held[i].buf)
+			r.held[i] = heldPacket{}
+		}
+	}
+	r.heldN = 0
+}
+
+func (r *responder) onRequest(qp *QP, p *wire.Packet, raw []byte, out *txBatch) {
 	switch d := psnDiff(p.BTH.PSN, r.ePSN); {
 	case d > 0:
 		qp.stats.OutOfSequence++
+		if r.sr {
+			r.hold(qp, p.BTH.PSN, raw)
+			r.owesAck(qp, out)
+			return
+		}
 		if !r.nakSent {
 			r.nakSent = true
 			qp.stats.SeqNAKsSent++
@@ -56,6 +90,95 @@ func (r *responder) onRequest(qp *QP, p *wire.Packet, out *txBatch) {
 	default:
 		r.nakSent = false
 		r.execute(qp, p, out)
+		if r.heldN > 0 {
+			r.drain(qp, out)
+		}
+	}
+}
+
+// hold keeps a copy of a request that arrived ahead of ePSN.
+func (r *responder) hold(qp *QP, psn uint32, raw []byte) {
+	if int(psnDiff(psn, r.ePSN)) >= maxWindow {
+		return // beyond any window the requester may use
+	}
+	if r.held == nil {
+		r.held = make([]heldPacket, maxWindow)
+	}
+	h := &r.held[psn&(maxWindow-1)]
+	if h.buf != nil {
+		if h.psn == psn {
+			return // a duplicate of one already held
+		}
+		qp.dev.heldBufs.Put(h.buf) // stale: passed by ePSN
+		r.heldN--
+	}
+	buf := qp.dev.heldBufs.Get().(*[]byte)
+	*buf = append((*buf)[:0], raw...)
+	*h = heldPacket{psn: psn, buf: buf}
+	r.heldN++
+	qp.stats.HeldOutOfOrder++
+	if r.heldN == 1 || psnDiff(psn, r.heldHigh) > 0 {
+		r.heldHigh = psn
+	}
+}
+
+// drain executes held requests that are now in order.
+func (r *responder) drain(qp *QP, out *txBatch) {
+	for r.heldN > 0 && qp.state != QPSErr {
+		h := &r.held[r.ePSN&(maxWindow-1)]
+		if h.buf == nil || h.psn != r.ePSN {
+			if !r.sweep(qp) {
+				return
+			}
+			continue
+		}
+		buf := h.buf
+		*h = heldPacket{}
+		r.heldN--
+		var p wire.Packet
+		before := r.ePSN
+		if wire.Parse(&p, *buf) == nil {
+			r.execute(qp, &p, out)
+		}
+		qp.dev.heldBufs.Put(buf)
+		if r.ePSN == before { // RNR or an error: the requester resends
+			return
+		}
+	}
+}
+
+// sweep frees held packets that ePSN has passed (a READ request moves it by
+// many PSNs at once) and reports whether any is left to drain.
+func (r *responder) sweep(qp *QP) bool {
+	for i := range r.held {
+		h := &r.held[i]
+		if h.buf != nil && psnDiff(h.psn, r.ePSN) < 0 {
+			qp.dev.heldBufs.Put(h.buf)
+			*h = heldPacket{}
+			r.heldN--
+		}
+	}
+	h := &r.held[r.ePSN&(maxWindow-1)]
+	return r.heldN > 0 && h.buf != nil && h.psn == r.ePSN
+}
+
+// sack describes what is held, lowest runs first.
+func (r *responder) sack(s *wire.SACK) {
+	for p := psnAdd(r.ePSN, 1); psnDiff(p, r.heldHigh) <= 0; {
+		h := &r.held[p&(maxWindow-1)]
+		if h.buf == nil || h.psn != p {
+			p = psnAdd(p, 1)
+			continue
+		}
+		first, n := p, uint32(0)
+		for ; psnDiff(p, r.heldHigh) <= 0; p, n = psnAdd(p, 1), n+1 {
+			if h := &r.held[p&(maxWindow-1)]; h.buf == nil || h.psn != p {
+				break
+			}
+		}
+		if !s.AppendBlock(first, n) {
+			return
+		}
 	}
 }
 
@@ -286,26 +409,39 @@ func (qp *QP) sendOwedAck(out *txBatch) {
 	r.ackQueued = false
 	if r.ackPending && qp.state != QPSErr && qp.state != QPSReset {
 		r.ackPending = false
-		r.sendAck(qp, out, wire.AckSyndromeNoCredits, psnAdd(r.ePSN, -1))
+		var s wire.SACK
+		if r.sr && r.heldN > 0 {
+			r.sack(&s)
+			qp.stats.SACKsSent++
+		}
+		r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psnAdd(r.ePSN, -1)},
+			AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}}, &s)
 	}
 	qp.mu.Unlock()
 }
 
 func (r *responder) sendAck(qp *QP, out *txBatch, syn wire.Syndrome, psn uint32) {
-	r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psn}, AETH: wire.AETH{Syndrome: syn}})
+	r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psn}, AETH: wire.AETH{Syndrome: syn}}, nil)
 }
 
 func (r *responder) sendAtomicAck(qp *QP, out *txBatch, psn uint32, orig uint64) {
 	r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAtomicAcknowledge, PSN: psn},
-		AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}, AtomicAck: orig})
+		AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}, AtomicAck: orig}, nil)
 }
 
-// sendHeaders sends a response without payload, addressed to the peer QP
-// and carrying the current MSN.
-func (r *responder) sendHeaders(qp *QP, out *txBatch, p *wire.Packet) {
+// sendHeaders sends a response without payload (but for a SACK trailer on
+// an ACK), addressed to the peer QP and carrying the current MSN.
+func (r *responder) sendHeaders(qp *QP, out *txBatch, p *wire.Packet, s *wire.SACK) {
 	buf := qp.emit(out)
 	p.BTH.PKey, p.BTH.DestQP, p.AETH.MSN = wire.DefaultPKey, qp.attr.DestQPN, r.msn
-	n, _ := p.EncodeHeaders(buf, 0)
+	trailer := 0
+	if s != nil && s.N > 0 {
+		trailer = s.Len()
+	}
+	n, _ := p.EncodeHeaders(buf, trailer)
+	if trailer > 0 {
+		n += s.Encode(buf[n:])
+	}
 	out.add(qp.flow, wire.Finish(buf, n))
 	qp.stats.TxPackets++
 }

@@ -34,14 +34,16 @@ type Opts struct {
 	Retry    uint8
 	RNRRetry uint8
 	Access   vroce.Access
-	SRQ      *vroce.SRQ // not used by Pair; tests build SRQ QPs themselves
 	MinRNR   uint8
+	// SelectiveRepeat negotiates SACK between the two ends; off, the QPs
+	// behave as rdma_rxe (go-back-N).
+	SelectiveRepeat bool
 }
 
 // DefaultOpts: 1 KiB MTU, 1 MiB buffers, a 67 ms ACK timeout (as
 // ibv_rc_pingpong), 7 retries, infinite RNR retries, all access.
 func DefaultOpts() Opts {
-	return Opts{MTU: vroce.MTU1024, BufSize: 1 << 20, Timeout: 14, Retry: 7, RNRRetry: 7, MinRNR: 1,
+	return Opts{MTU: vroce.MTU1024, BufSize: 1 << 20, Timeout: 14, Retry: 7, RNRRetry: 7, MinRNR: 1, SelectiveRepeat: true,
 		Access: vroce.AccessLocalWrite | vroce.AccessRemoteWrite | vroce.AccessRemoteRead | vroce.AccessRemoteAtomic}
 }
 
@@ -112,8 +114,8 @@ func Connect(t testing.TB, qp, peer *vroce.QP, peerDev *vroce.Device, o Opts) {
 	}{
 		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: o.Access}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
 		{vroce.QPAttr{State: vroce.QPSRTR, Dest: peerDev.LocalAddr(), PathMTU: o.MTU, DestQPN: peer.QPN(),
-			RQPSN: InitialPSN(peer.QPN()), MaxDestRdAtomic: 16, MinRNRTimer: o.MinRNR},
-			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer},
+			RQPSN: InitialPSN(peer.QPN()), MaxDestRdAtomic: 16, MinRNRTimer: o.MinRNR, SelectiveRepeat: o.SelectiveRepeat},
+			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat},
 		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: InitialPSN(qp.QPN()), Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry, MaxRdAtomic: 16},
 			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
 	}

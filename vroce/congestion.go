@@ -1,0 +1,89 @@
+package vroce
+
+// Congestion control for RC: delay-based in the style of Swift (SIGCOMM
+// 2020), needing nothing from switches. The window grows while the RTT
+// stays under a target a little above the path's base RTT, shrinks in
+// proportion to the excess when it does not (at most once per RTT), halves
+// on a loss and collapses on a timeout. A pacer spreads each window over an
+// RTT so that bursts do not build the queues the RTT measures.
+
+const (
+	initialWindow = 64   // packets
+	maxWindow     = 1024 // packets; the SACK scoreboard and the responder's buffer hold this many
+	minWindow     = 1
+	targetSlack   = 20_000 // ns above 1.5 x base RTT
+	maxDecrease   = 0.5    // the largest multiplicative decrease
+	delayBeta     = 0.8
+	paceBurst     = 16 // packets sent back to back before the pacer waits
+)
+
+type congestion struct {
+	cwnd         float64 // packets
+	slowStart    bool
+	ssthresh     float64 // slow start ends here (after a timeout)
+	lastDecrease int64
+	tokens       float64 // pacer: packets that may leave now
+	tokensAt     int64
+}
+
+func (c *congestion) init() {
+	*c = congestion{cwnd: initialWindow, slowStart: true, ssthresh: maxWindow, tokens: paceBurst}
+}
+
+func (c *congestion) window() int { return max(int(c.cwnd), minWindow) }
+
+// target is the RTT the window aims at.
+func target(minRTT int64) int64 { return minRTT + minRTT/2 + targetSlack }
+
+// onAck adjusts the window for acked packets with an RTT sample.
+func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
+	if acked <= 0 {
+		return
+	}
+	if rtt <= 0 || rtt < target(minRTT) {
+		if c.slowStart {
+			c.cwnd += float64(acked)
+			if c.cwnd >= c.ssthresh {
+				c.cwnd, c.slowStart = c.ssthresh, false
+			}
+		} else {
+			c.cwnd += float64(acked) / c.cwnd
+		}
+	} else if now-c.lastDecrease >= srtt {
+		excess := float64(rtt-target(minRTT)) / float64(rtt)
+		c.cwnd *= max(1-delayBeta*excess, 1-maxDecrease)
+		c.lastDecrease, c.slowStart = now, false
+	}
+	c.cwnd = min(max(c.cwnd, minWindow), maxWindow)
+}
+
+// onLoss halves the window, once per RTT.
+func (c *congestion) onLoss(srtt, now int64) {
+	if now-c.lastDecrease < srtt {
+		return
+	}
+	c.cwnd = max(c.cwnd*(1-maxDecrease), minWindow)
+	c.lastDecrease, c.slowStart = now, false
+}
+
+// onTimeout restarts from the smallest window and slow-starts back to half
+// the window that timed out.
+func (c *congestion) onTimeout(now int64) {
+	c.ssthresh = max(c.cwnd/2, 2)
+	c.cwnd, c.lastDecrease, c.slowStart = minWindow, now, true
+}
+
+// pace reports whether one more packet may leave at now; if not, when it
+// may. The pacer refills at cwnd packets per srtt, holding at most a burst.
+func (c *congestion) pace(srtt, now int64) (ok bool, at int64) {
+	if srtt > 0 {
+		rate := c.cwnd / float64(srtt) // packets per ns
+		c.tokens = min(c.tokens+float64(now-c.tokensAt)*rate, paceBurst)
+		c.tokensAt = now
+		if c.tokens < 1 {
+			return false, now + int64((1-c.tokens)/rate) + 1
+		}
+	}
+	c.tokens--
+	return true, 0
+}

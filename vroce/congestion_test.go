@@ -1,0 +1,70 @@
+package vroce
+
+import "testing"
+
+func TestWindowGrowsUnderTargetAndShrinksAboveIt(t *testing.T) {
+	var c congestion
+	c.init()
+	const minRTT, srtt = 10_000, 10_000
+	c.onAck(64, 11_000, minRTT, srtt, 1)
+	if c.cwnd != 128 {
+		t.Fatalf("slow start: window %.1f after 64 acked, want 128", c.cwnd)
+	}
+	c.onAck(1, 200_000, minRTT, srtt, 100_000) // RTT far above target
+	if c.cwnd != 64 || c.slowStart {
+		t.Fatalf("window %.1f after a large delay, want halved to 64 and out of slow start", c.cwnd)
+	}
+	c.onAck(1, 200_000, minRTT, srtt, 100_001) // again within one RTT: no change
+	if c.cwnd != 64 {
+		t.Fatalf("decreased twice in one RTT: %.1f", c.cwnd)
+	}
+	c.onAck(64, 11_000, minRTT, srtt, 200_000) // additive increase: +1 per window
+	if c.cwnd < 64.9 || c.cwnd > 65.1 {
+		t.Fatalf("additive increase gave %.2f, want about 65", c.cwnd)
+	}
+	c.onLoss(srtt, 300_000)
+	if c.cwnd < 32 || c.cwnd > 33 {
+		t.Fatalf("loss gave %.1f, want about half", c.cwnd)
+	}
+	c.onTimeout(400_000)
+	if c.window() != minWindow || !c.slowStart {
+		t.Fatalf("timeout left window %d, slow start %v", c.window(), c.slowStart)
+	}
+	for i := 0; i < 10 && c.slowStart; i++ {
+		c.onAck(c.window(), 11_000, minRTT, srtt, int64(500_000+i*srtt))
+	}
+	if c.slowStart || c.cwnd < 16 || c.cwnd > 17 {
+		t.Fatalf("slow start after a timeout ended at %.1f (still on: %v), want half of 33", c.cwnd, c.slowStart)
+	}
+}
+
+func TestPacerSpreadsAWindowOverAnRTT(t *testing.T) {
+	var c congestion
+	c.init()
+	c.cwnd = 10
+	const srtt = 100_000 // 10 packets per 100 us: one per 10 us
+	now := int64(1)
+	c.tokensAt = now
+	sent := 0
+	for ; sent < 100; sent++ {
+		ok, at := c.pace(srtt, now)
+		if !ok {
+			if at <= now || at > now+10_001 {
+				t.Fatalf("pacer waits until %d from %d", at, now)
+			}
+			break
+		}
+	}
+	if sent != paceBurst {
+		t.Fatalf("burst of %d, want %d", sent, paceBurst)
+	}
+	now += 1_000_000 // 1 ms later: refilled to one burst, not 100 packets
+	for sent = 0; sent < 100; sent++ {
+		if ok, _ := c.pace(srtt, now); !ok {
+			break
+		}
+	}
+	if sent != paceBurst {
+		t.Fatalf("after idling, a burst of %d, want %d", sent, paceBurst)
+	}
+}

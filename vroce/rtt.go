@@ -1,0 +1,57 @@
+package vroce
+
+// rttEstimator smooths RTT samples as RFC 6298 does, at nanosecond
+// resolution, and keeps the minimum as the path's base RTT.
+type rttEstimator struct {
+	srtt, rttvar, minRTT int64
+	latest               int64 // the last sample, the delay signal congestion control reacts to
+}
+
+const (
+	minRTO     = 1_000_000     // 1 ms: below that, scheduling noise fires it
+	defaultRTO = 10_000_000    // before the first sample
+	maxBackoff = 6             // RTO doubles at most this many times
+	minPTO     = 200_000       // tail-loss probe floor, 200 us
+	rttNoise   = 50_000        // allowance for ACK coalescing and wakeups
+	maxRTO     = 1_000_000_000 // when the verbs timeout is infinite
+)
+
+func (e *rttEstimator) sample(rtt int64) {
+	if rtt <= 0 {
+		return
+	}
+	e.latest = rtt
+	if e.srtt == 0 {
+		e.srtt, e.rttvar, e.minRTT = rtt, rtt/2, rtt
+		return
+	}
+	e.minRTT = min(e.minRTT, rtt)
+	d := e.srtt - rtt
+	if d < 0 {
+		d = -d
+	}
+	e.rttvar += (d - e.rttvar) / 4
+	e.srtt += (rtt - e.srtt) / 8
+}
+
+// rto is the retransmission timeout after backoff doublings, at most
+// ceiling (the QP's configured timeout).
+func (e *rttEstimator) rto(backoff int, ceiling int64) int64 {
+	rto := int64(defaultRTO)
+	if e.srtt > 0 {
+		rto = max(e.srtt+max(4*e.rttvar, rttNoise), minRTO)
+	}
+	rto <<= min(backoff, maxBackoff)
+	if ceiling <= 0 {
+		ceiling = maxRTO
+	}
+	return min(rto, ceiling)
+}
+
+// pto is when to probe for a lost tail: two RTTs without an ACK.
+func (e *rttEstimator) pto() int64 {
+	if e.srtt == 0 {
+		return defaultRTO / 2
+	}
+	return max(2*e.srtt+rttNoise, minPTO)
+}
