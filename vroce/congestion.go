@@ -11,8 +11,8 @@ const (
 	initialWindow = 64   // packets
 	maxWindow     = 1024 // packets; the SACK scoreboard and the responder's buffer hold this many
 	minWindow     = 1
-	targetSlack   = 20_000 // ns above 1.5 x base RTT
-	maxDecrease   = 0.5    // the largest multiplicative decrease
+	targetSlack   = 100_000 // ns above 1.5 x base RTT: a user-space stack's scheduling noise
+	maxDecrease   = 0.5     // the largest multiplicative decrease
 	delayBeta     = 0.8
 	paceBurst     = 16 // packets sent back to back before the pacer waits
 )

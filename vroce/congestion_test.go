@@ -10,11 +10,11 @@ func TestWindowGrowsUnderTargetAndShrinksAboveIt(t *testing.T) {
 	if c.cwnd != 128 {
 		t.Fatalf("slow start: window %.1f after 64 acked, want 128", c.cwnd)
 	}
-	c.onAck(1, 200_000, minRTT, srtt, 100_000) // RTT far above target
+	c.onAck(1, 1_000_000, minRTT, srtt, 100_000) // RTT far above target
 	if c.cwnd != 64 || c.slowStart {
 		t.Fatalf("window %.1f after a large delay, want halved to 64 and out of slow start", c.cwnd)
 	}
-	c.onAck(1, 200_000, minRTT, srtt, 100_001) // again within one RTT: no change
+	c.onAck(1, 1_000_000, minRTT, srtt, 100_001) // again within one RTT: no change
 	if c.cwnd != 64 {
 		t.Fatalf("decreased twice in one RTT: %.1f", c.cwnd)
 	}

@@ -103,7 +103,11 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 		mrs:   map[uint32]*MR{},
 		done:  make(chan struct{}),
 	}
-	d.timers.wake = make(chan struct{}, 1)
+	clock, err := newDeviceClock(d.epoch)
+	if err != nil {
+		return nil, fmt.Errorf("vroce: open: timer: %w", err)
+	}
+	d.timers.clock, d.timers.armed = clock, idleDeadline
 	d.events.init()
 	d.batches.New = func() any { return newTxBatch(p.BatchSize()) }
 	d.heldBufs.New = func() any { b := make([]byte, 0, MaxPacketSize); return &b }
@@ -150,6 +154,7 @@ func (d *Device) Close() error {
 		qp.mu.Unlock()
 	}
 	close(d.done)
+	d.stopTimers()
 	err := d.prov.Close()
 	d.wg.Wait()
 	d.events.close()

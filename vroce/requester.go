@@ -401,13 +401,14 @@ func (r *requester) armTimers(qp *QP, now int64) {
 	if r.rtoAt == 0 {
 		r.rtoAt = now + r.rtt.rto(r.backoff, qp.ackTimeout())
 	}
-	// A tail-loss probe makes sense only at a tail: everything sent and
-	// nothing queued to resend. While more waits, ACKs will come.
-	atTail := r.next == r.tail && r.lostCount == 0
-	if r.backoff == 0 && atTail && r.probeAt == 0 {
-		r.probeAt = now + r.rtt.pto()
-	} else if !atTail {
+	// A loss probe after two quiet RTTs: the last packets of a flight,
+	// whether the flight ends the data or fills the window, have no later
+	// ones to reveal their loss; a probe draws the SACK that does, long
+	// before a timeout. Not while resends are queued: they will draw it.
+	if r.lostCount > 0 {
 		r.probeAt = 0
+	} else if r.backoff == 0 && r.probeAt == 0 {
+		r.probeAt = now + r.rtt.pto()
 	}
 	r.schedule(qp)
 }
@@ -470,7 +471,7 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 		first, last := k == 0, off+n >= w.length
 		p.BTH.Opcode = requestOpcode(w.op, first, last)
 		p.BTH.SE = last && w.flags&SendSolicited != 0
-		p.BTH.AckReq = last || r.sinceAckReq >= r.ackInterval(qp)
+		p.BTH.AckReq = last || r.sinceAckReq >= r.ackInterval(qp) || psnDiff(psn, r.sndMax) < 0
 		if first && w.op.isWrite() {
 			p.RETH = wire.RETH{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)}
 		}
@@ -674,17 +675,24 @@ func (r *requester) onSACK(s *wire.SACK, now int64) {
 }
 
 // lossThreshold is how many later PSNs must have arrived before a missing
-// one counts as lost (TCP's duplicate-ACK threshold).
+// one counts as lost by sequence (TCP's duplicate-ACK threshold).
 const lossThreshold = 3
 
-// detectLosses marks lost every PSN that later ones, sent no earlier,
-// overtook by lossThreshold: resent packets are judged only by newer
-// evidence than their own resend.
+// detectLosses marks lost every PSN that later evidence says is gone, in
+// the manner of RACK: something sent a quarter RTT after it has arrived,
+// or three later PSNs sent no earlier than it have. A resent packet is thus
+// judged only by evidence newer than its resend, and a window of a few
+// packets still detects its losses without waiting for a timeout.
 func (r *requester) detectLosses(qp *QP, now int64) {
+	reorder := max(r.rtt.srtt/4, 10_000)
 	found := false
-	for p := r.sndUna; p != r.sndMax && psnDiff(r.highHeld, p) >= lossThreshold; p = psnAdd(p, 1) {
+	for p := r.sndUna; p != r.sndMax && psnDiff(p, r.highHeld) < 0; p = psnAdd(p, 1) {
 		st := r.pkt(p)
-		if st.done || st.held || st.lost || st.sentAt > r.rackSentAt {
+		if st.done || st.held || st.lost {
+			continue
+		}
+		bySeq := psnDiff(r.highHeld, p) >= lossThreshold && st.sentAt <= r.rackSentAt
+		if !bySeq && st.sentAt+reorder > r.rackSentAt {
 			continue
 		}
 		st.lost = true
@@ -694,6 +702,22 @@ func (r *requester) detectLosses(qp *QP, now int64) {
 	if found {
 		qp.stats.FastRetransmits++
 		r.cc.onLoss(r.rtt.srtt, now)
+	}
+}
+
+// probe queues for resending the oldest PSN neither delivered nor held,
+// or else the newest.
+func (r *requester) probe() {
+	target := psnAdd(r.sndMax, -1)
+	for p := r.sndUna; p != r.sndMax; p = psnAdd(p, 1) {
+		if st := r.pkt(p); !st.done && !st.held {
+			target = p
+			break
+		}
+	}
+	if st := r.pkt(target); !st.done && !st.lost {
+		st.lost, st.held = true, false
+		r.lostCount++
 	}
 }
 
@@ -839,15 +863,13 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 			r.cc.onTimeout(now)
 			r.rtoAt, r.probeAt = 0, 0
 		case r.probeAt != 0 && now >= r.probeAt:
-			// A tail-loss probe: resend the newest packet so that the
-			// responder's ACK or SACK shows what is missing.
+			// A loss probe: two RTTs passed without news. Resend the
+			// oldest packet the responder has not confirmed: it repairs a
+			// lost tail or a lost resend directly, and its ACK reports
+			// the rest.
 			qp.stats.TailProbes++
 			r.probeAt = 0
-			if tail := psnAdd(r.sndMax, -1); !r.pkt(tail).done && !r.pkt(tail).lost {
-				st := r.pkt(tail)
-				st.lost, st.held = true, false
-				r.lostCount++
-			}
+			r.probe()
 		}
 	}
 	r.pump(qp, b)

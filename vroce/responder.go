@@ -91,7 +91,10 @@ func (r *responder) onRequest(qp *QP, p *wire.Packet, raw []byte, out *txBatch) 
 		r.nakSent = false
 		r.execute(qp, p, out)
 		if r.heldN > 0 {
+			// A gap filled: the requester must hear it at once, whatever
+			// the packets asked.
 			r.drain(qp, out)
+			r.owesAck(qp, out)
 		}
 	}
 }

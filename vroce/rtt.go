@@ -8,7 +8,7 @@ type rttEstimator struct {
 }
 
 const (
-	minRTO     = 1_000_000     // 1 ms: below that, scheduling noise fires it
+	minRTO     = 1_000_000     // 1 ms: loss probes repair sooner; below, scheduling noise fires it
 	defaultRTO = 10_000_000    // before the first sample
 	maxBackoff = 6             // RTO doubles at most this many times
 	minPTO     = 200_000       // tail-loss probe floor, 200 us

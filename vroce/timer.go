@@ -3,7 +3,6 @@ package vroce
 import (
 	"container/heap"
 	"sync"
-	"time"
 )
 
 // timerQueue holds, for each QP with a deadline, the earliest time it must
@@ -11,9 +10,10 @@ import (
 // entry and re-arms when the stale entry fires. So the per-packet cost of
 // the retransmission timer is one store, not a heap operation.
 type timerQueue struct {
-	mu   sync.Mutex
-	h    timerHeap
-	wake chan struct{}
+	mu    sync.Mutex
+	h     timerHeap
+	clock *deviceClock
+	armed int64 // the deadline the clock is set for
 }
 
 type timerEntry struct {
@@ -38,39 +38,36 @@ func (h *timerHeap) Pop() any {
 func (d *Device) schedule(qp *QP, at int64) {
 	t := &d.timers
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if qp.timerAt != 0 && qp.timerAt <= at {
-		t.mu.Unlock()
 		return
 	}
 	qp.timerAt = at
 	heap.Push(&t.h, timerEntry{at: at, qp: qp})
-	first := t.h[0].qp == qp && t.h[0].at == at
-	t.mu.Unlock()
-	if first {
-		select {
-		case t.wake <- struct{}{}:
-		default:
-		}
+	if at < t.armed {
+		t.armed = at
+		t.clock.arm(at)
 	}
 }
 
+// timerLoop runs due QP timers. It sleeps on a clock precise to
+// microseconds (Go's own timers round sub-millisecond sleeps up to a
+// millisecond when the process is idle, which would turn every loss probe
+// into a timeout); schedule re-arms it when a deadline comes earlier.
 func (d *Device) timerLoop() {
 	defer d.wg.Done()
 	t := &d.timers
-	clock := time.NewTimer(time.Hour)
-	defer clock.Stop()
+	defer func() {
+		t.mu.Lock()
+		t.clock.close()
+		t.mu.Unlock()
+	}()
 	var due []*QP
 	for {
 		now := d.now()
-		next := int64(-1)
 		t.mu.Lock()
-		for len(t.h) > 0 {
-			e := t.h[0]
-			if e.at > now {
-				next = e.at
-				break
-			}
-			heap.Pop(&t.h)
+		for len(t.h) > 0 && t.h[0].at <= now {
+			e := heap.Pop(&t.h).(timerEntry)
 			if e.qp.timerAt == e.at { // not superseded by an earlier entry
 				e.qp.timerAt = 0
 				due = append(due, e.qp)
@@ -82,16 +79,28 @@ func (d *Device) timerLoop() {
 			due[i] = nil
 		}
 		due = due[:0]
-		wait := time.Hour
-		if next >= 0 {
-			wait = time.Duration(next - now)
+		t.mu.Lock()
+		t.armed = idleDeadline
+		if len(t.h) > 0 {
+			t.armed = t.h[0].at
 		}
-		clock.Reset(wait)
-		select {
-		case <-clock.C:
-		case <-t.wake:
-		case <-d.done:
+		t.clock.arm(t.armed)
+		t.mu.Unlock()
+		if d.isClosed() {
 			return
 		}
+		t.clock.wait()
 	}
+}
+
+// idleDeadline is far enough to mean "no deadline".
+const idleDeadline = int64(1) << 62
+
+// stopTimers wakes the timer goroutine so that it sees the device closed.
+func (d *Device) stopTimers() {
+	t := &d.timers
+	t.mu.Lock()
+	t.armed = 1
+	t.clock.arm(1)
+	t.mu.Unlock()
 }

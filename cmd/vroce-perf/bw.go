@@ -244,6 +244,6 @@ func (s *side) publish() {
 
 func (s *side) newResult() *result {
 	r := &result{Test: s.cfg.Test, Provider: s.cfg.Provider, Bytes: s.cfg.Size, Iterations: s.cfg.Iters, QPs: len(s.qps), MTU: int(s.mtu)}
-	r.Retransmits, r.Timeouts = s.counters()
+	s.counters(r)
 	return r
 }

@@ -42,7 +42,11 @@ type config struct {
 	Verify    bool
 	Compare   string
 	Inline    int
-	Duration  time.Duration `json:"-"`
+	Loss      float64       `json:"-"`
+	Reorder   float64       `json:"-"`
+	Dup       float64       `json:"-"`
+	Delay     time.Duration `json:"-"`
+	GoBackN   bool          `json:"-"`
 	JSON      bool          `json:"-"`
 	Loopback  bool          `json:"-"`
 	Port      int           `json:"-"`
@@ -133,11 +137,22 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object per result")
 	fs.BoolVar(&c.Loopback, "loopback", false, "run server and client in this process")
 	fs.IntVar(&c.Port, "port", 18515, "TCP control port")
+	fs.Float64Var(&c.Loss, "loss", 0, "sim provider: fraction of packets lost (0.01 is 1%)")
+	fs.Float64Var(&c.Reorder, "reorder", 0, "sim provider: fraction of packets reordered")
+	fs.Float64Var(&c.Dup, "dup", 0, "sim provider: fraction of packets duplicated")
+	fs.DurationVar(&c.Delay, "delay", 0, "sim provider: one-way delay, e.g. 50us")
+	fs.BoolVar(&c.GoBackN, "go-back-n", false, "do not negotiate selective repeat (behave as rdma_rxe)")
 	fs.StringVar(&c.CPUProf, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
 }
 
 func (c *config) finish() error {
+	if c.Provider == "" {
+		c.Provider = os.Getenv("VROCE_PROVIDER")
+	}
+	if c.Provider == "" {
+		c.Provider = "udp"
+	}
 	if c.Size == 0 {
 		switch {
 		case c.Test == "atomic_lat":
@@ -171,6 +186,10 @@ func (c *config) finish() error {
 		return fmt.Errorf("--compare %q: only tcp", c.Compare)
 	case c.Loopback && c.Server != "":
 		return fmt.Errorf("--loopback takes no server address")
+	case c.Loss < 0 || c.Loss >= 1 || c.Reorder < 0 || c.Reorder > 1 || c.Dup < 0 || c.Dup > 1 || c.Delay < 0:
+		return fmt.Errorf("--loss, --reorder and --dup are fractions in [0, 1) and --delay is positive")
+	case (c.Loss > 0 || c.Reorder > 0 || c.Dup > 0 || c.Delay > 0) && (c.Provider != "sim" || !c.Loopback):
+		return fmt.Errorf("--loss, --reorder, --dup and --delay shape the simulated network: use --provider sim --loopback")
 	}
 	if c.isLat() {
 		c.QPs = 1

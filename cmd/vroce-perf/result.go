@@ -31,6 +31,12 @@ type result struct {
 	Verified    bool    `json:"verified"`
 	Retransmits uint64  `json:"retransmits"`
 	Timeouts    uint64  `json:"timeouts"`
+	// Transport state at the end: fast retransmissions and tail probes
+	// (selective repeat), the congestion window summed over QPs, SRTT.
+	FastRetransmits uint64  `json:"fast_retransmits"`
+	TailProbes      uint64  `json:"tail_probes"`
+	CWnd            int     `json:"cwnd_packets"`
+	SRTT            float64 `json:"srtt_us"`
 }
 
 func (r *result) print(w io.Writer, asJSON bool) {
@@ -50,7 +56,8 @@ func (r *result) print(w io.Writer, asJSON bool) {
 		fmt.Fprintf(w, " %-10d %-14d %-19.2f %-21.2f %.6f\n", r.Bytes, r.Iterations, r.BWPeak, r.BWAvg, r.MsgRate)
 	}
 	if r.Provider != "tcp" {
-		fmt.Fprintf(w, " retransmissions %d, timeouts %d\n", r.Retransmits, r.Timeouts)
+		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",
+			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, r.CWnd, r.SRTT)
 	}
 }
 

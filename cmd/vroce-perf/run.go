@@ -28,12 +28,6 @@ type done struct {
 const protocolVersion = 1
 
 func run(cfg *config) ([]*result, error) {
-	if cfg.Provider == "" {
-		cfg.Provider = os.Getenv("VROCE_PROVIDER")
-	}
-	if cfg.Provider == "" {
-		cfg.Provider = "udp"
-	}
 	if cfg.Loopback {
 		return runLoopback(cfg)
 	}
@@ -69,7 +63,7 @@ func (c *config) devConfig(role string, network *sim.Network) vroce.Config {
 func runLoopback(cfg *config) ([]*result, error) {
 	var network *sim.Network
 	if cfg.Provider == "sim" {
-		network = sim.NewNetwork(sim.Config{})
+		network = sim.NewNetwork(sim.Config{Seed: 1, Loss: cfg.Loss, Reorder: cfg.Reorder, Duplicate: cfg.Dup, Delay: cfg.Delay})
 		defer network.Close()
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

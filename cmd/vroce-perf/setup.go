@@ -36,6 +36,7 @@ type info struct {
 	RKey uint32   `json:"rkey"`
 	VA   uint64   `json:"va"`
 	MTU  int      `json:"mtu"`
+	SACK bool     `json:"sack"` // speaks selective repeat
 }
 
 const maxBuffer = 4 << 30
@@ -87,7 +88,7 @@ func (s *side) close() { s.dev.Close() }
 // info describes this side, reachable at ip (the address the peer's
 // control connection sees).
 func (s *side) info(ip netip.Addr, psns []uint32) info {
-	in := info{RKey: s.mr.RKey(), VA: s.mr.Addr(), MTU: int(s.mtu), PSNs: psns}
+	in := info{RKey: s.mr.RKey(), VA: s.mr.Addr(), MTU: int(s.mtu), PSNs: psns, SACK: !s.cfg.GoBackN}
 	in.Addr = netip.AddrPortFrom(ip, s.dev.LocalAddr().Port()).String()
 	for _, qp := range s.qps {
 		in.QPNs = append(in.QPNs, qp.QPN())
@@ -120,8 +121,9 @@ func (s *side) connect(own []uint32, peer info) error {
 			m vroce.QPAttrMask
 		}{
 			{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: access}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
-			{vroce.QPAttr{State: vroce.QPSRTR, Dest: dest, PathMTU: s.mtu, DestQPN: peer.QPNs[i], RQPSN: peer.PSNs[i], MaxDestRdAtomic: 16, MinRNRTimer: 1},
-				vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer},
+			{vroce.QPAttr{State: vroce.QPSRTR, Dest: dest, PathMTU: s.mtu, DestQPN: peer.QPNs[i], RQPSN: peer.PSNs[i], MaxDestRdAtomic: 16, MinRNRTimer: 1,
+				SelectiveRepeat: peer.SACK && !s.cfg.GoBackN},
+				vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat},
 			{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: own[i], Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 				vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
 		}
@@ -144,14 +146,17 @@ func (s *side) credit(q, k int) int {
 	return s.region*len(s.qps) + (q*s.ring+k%s.ring)*creditSize
 }
 
-// counters sums the transport counters of the side's QPs.
-func (s *side) counters() (retransmits, timeouts uint64) {
+// counters fills r with the transport counters of the side's QPs.
+func (s *side) counters(r *result) {
 	for _, qp := range s.qps {
 		st := qp.Stats()
-		retransmits += st.Retransmits
-		timeouts += st.Timeouts
+		r.Retransmits += st.Retransmits
+		r.Timeouts += st.Timeouts
+		r.FastRetransmits += st.FastRetransmits
+		r.TailProbes += st.TailProbes
+		r.CWnd += st.CWnd
+		r.SRTT = max(r.SRTT, float64(st.SRTT)/1e3)
 	}
-	return
 }
 
 // control is the TCP control connection: JSON lines, then raw bytes for
