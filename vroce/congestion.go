@@ -11,7 +11,7 @@ const (
 	initialWindow = 64   // packets
 	maxWindow     = 1024 // packets; the SACK scoreboard and the responder's buffer hold this many
 	minWindow     = 1
-	targetSlack   = 100_000 // ns above 1.5 x base RTT: a user-space stack's scheduling noise
+	targetSlack   = 300_000 // ns above 1.5 x base RTT: a user-space stack's scheduling noise
 	maxDecrease   = 0.5     // the largest multiplicative decrease
 	delayBeta     = 0.8
 	paceBurst     = 16 // packets sent back to back before the pacer waits

@@ -46,5 +46,10 @@
 // posting a work request, Modify, State. The usual RDMA protocol (write
 // the buffer, then post a SEND saying so; read the buffer after its
 // completion) is therefore race-free; reading memory a peer wrote with no
-// verbs call in between is a data race, as it is on hardware.
+// verbs call in between is a data race, as it is on hardware. One race is
+// the protocol's own: a READ whose response was lost is asked again, and
+// a late duplicate request may read the memory again after the READ
+// completed at the requester, as rdma_rxe and NICs do. That response is
+// discarded; memory a peer READs should not change until the peer says it
+// is done with it.
 package vroce

@@ -55,11 +55,13 @@ func TestRCSendWriteReadAtomic(t *testing.T) {
 		t.Fatal("READ data differs")
 	}
 
-	// FETCH_AND_ADD then CMP_AND_SWP on b's word at 8.
-	binary.NativeEndian.PutUint64(b.Buf[8:], 40)
+	// FETCH_AND_ADD then CMP_AND_SWP on b's word at 900000, outside what
+	// the READ covered (a late duplicate of that READ may read it again).
+	const word = 900000
+	binary.NativeEndian.PutUint64(b.Buf[word:], 40)
 	if err := a.QP.PostSend(
-		vroce.SendWR{ID: 4, Opcode: vroce.WRAtomicFetchAndAdd, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.Addr() + 8, RKey: b.MR.RKey(), CompareAdd: 2},
-		vroce.SendWR{ID: 5, Opcode: vroce.WRAtomicCmpAndSwp, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(8, 8)}, RemoteAddr: b.MR.Addr() + 8, RKey: b.MR.RKey(), CompareAdd: 42, Swap: 99},
+		vroce.SendWR{ID: 4, Opcode: vroce.WRAtomicFetchAndAdd, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.Addr() + word, RKey: b.MR.RKey(), CompareAdd: 2},
+		vroce.SendWR{ID: 5, Opcode: vroce.WRAtomicCmpAndSwp, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(8, 8)}, RemoteAddr: b.MR.Addr() + word, RKey: b.MR.RKey(), CompareAdd: 42, Swap: 99},
 	); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestRCSendWriteReadAtomic(t *testing.T) {
 	if got := binary.NativeEndian.Uint64(a.Buf[8:]); got != 42 {
 		t.Fatalf("CMP_AND_SWP returned %d, want 42", got)
 	}
-	if got := binary.NativeEndian.Uint64(b.Buf[8:]); got != 99 {
+	if got := binary.NativeEndian.Uint64(b.Buf[word:]); got != 99 {
 		t.Fatalf("remote word is %d, want 99", got)
 	}
 }

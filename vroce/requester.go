@@ -346,14 +346,11 @@ func (r *requester) pump(qp *QP, b *txBatch) {
 	r.armTimers(qp, now)
 }
 
-// ackInterval is how many packets may go without asking for an ACK: rxe's
-// 64, or with a vRoCE peer (whose ACKs are coalesced per received batch)
-// often enough for at least four ACKs per window, so the ACK clock keeps
-// ticking when the window is small.
-func (r *requester) ackInterval(qp *QP) int {
-	if !qp.attr.SelectiveRepeat {
-		return ackEvery
-	}
+// ackInterval is how many packets may go without asking for an ACK: at
+// most rxe's 64, and few enough for four ACKs per window, so the ACK clock
+// keeps ticking when the window is small (a window smaller than the
+// interval would otherwise wait for a probe on every step).
+func (r *requester) ackInterval() int {
 	return min(ackEvery, max(r.window()/4, 1)-1)
 }
 
@@ -471,7 +468,7 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 		first, last := k == 0, off+n >= w.length
 		p.BTH.Opcode = requestOpcode(w.op, first, last)
 		p.BTH.SE = last && w.flags&SendSolicited != 0
-		p.BTH.AckReq = last || r.sinceAckReq >= r.ackInterval(qp) || psnDiff(psn, r.sndMax) < 0
+		p.BTH.AckReq = last || r.sinceAckReq >= r.ackInterval() || psnDiff(psn, r.sndMax) < 0
 		if first && w.op.isWrite() {
 			p.RETH = wire.RETH{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)}
 		}

@@ -38,6 +38,7 @@ func (p *poller) next(what string) ([]vroce.WorkCompletion, error) {
 
 // progress prints a line to stderr at most once a second for long runs.
 type progress struct {
+	side  *side
 	test  string
 	start time.Time
 	last  time.Time
@@ -54,7 +55,12 @@ func (p *progress) update(done int) {
 		return
 	}
 	p.last = now
-	fmt.Fprintf(os.Stderr, "%s: %d of %d iterations (%.0f%%) after %.1fs\n", p.test, done, p.total, 100*float64(done)/float64(p.total), now.Sub(p.start).Seconds())
+	var r result
+	if p.side != nil {
+		p.side.counters(&r)
+	}
+	fmt.Fprintf(os.Stderr, "%s: %d of %d iterations (%.0f%%) after %.1fs; retransmissions %d, timeouts %d, window %d, SRTT %.0f us\n",
+		p.test, done, p.total, 100*float64(done)/float64(p.total), now.Sub(p.start).Seconds(), r.Retransmits, r.Timeouts, r.CWnd, r.SRTT)
 }
 
 // creditSize is the size of the credit message the write_bw --verify
@@ -88,7 +94,7 @@ func (s *side) clientBW(peer info) (*result, error) {
 	totalDone := 0
 	var marks []mark
 	p := &poller{cq: s.cq, wc: make([]vroce.WorkCompletion, 256)}
-	prog := &progress{test: cfg.Test, start: time.Now(), last: time.Now(), total: cfg.Iters, quiet: cfg.quietProg}
+	prog := &progress{side: s, test: cfg.Test, start: time.Now(), last: time.Now(), total: cfg.Iters, quiet: cfg.quietProg}
 	wrs := make([]vroce.SendWR, 0, 32)
 	start := time.Now()
 	for totalDone < cfg.Iters {

@@ -68,7 +68,7 @@ func (s *side) clientLat(peer info) (*result, error) {
 	qp := s.qps[0]
 	p := &poller{cq: s.cq, wc: make([]vroce.WorkCompletion, 16)}
 	samples := make([]time.Duration, 0, cfg.Iters)
-	prog := &progress{test: cfg.Test, start: time.Now(), last: time.Now(), total: cfg.Iters, quiet: cfg.quietProg}
+	prog := &progress{side: s, test: cfg.Test, start: time.Now(), last: time.Now(), total: cfg.Iters, quiet: cfg.quietProg}
 	ping := cfg.Test == "send_lat" || cfg.Test == "write_lat"
 	if ping {
 		if err := qp.PostRecv(vroce.RecvWR{SGL: []vroce.SGE{s.mr.SGE(0, cfg.Size)}}); err != nil {
