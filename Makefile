@@ -30,9 +30,12 @@ demo: build
 	@echo "== SEND latency, 64-byte ping-pong"
 	$(BIN)/vroce-perf send_lat --loopback --provider udp -s 64 -n 5000 --compare tcp
 
-# Benchmarks: testing.B, then vroce-perf against TCP in the same run.
+# Benchmarks: testing.B (the lossy-network targets among them), then
+# vroce-perf against TCP in the same run.
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem ./vroce/wire
+	$(GO) test -run '^$$' -bench 'WriteGoodput|SendLatency' -benchtime 2000x ./vroce
+	$(GO) test -run '^$$' -bench 'TwoQPs' -benchtime 2000x ./vroce
 	$(BIN)/vroce-perf write_bw --loopback -s 65536 -n 20000 --compare tcp
 	$(BIN)/vroce-perf send_bw --loopback -s 64 -n 200000 --compare tcp
 	$(BIN)/vroce-perf send_lat --loopback -s 64 -n 10000 --compare tcp

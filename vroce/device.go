@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"vroce.dev/internal/clock"
 	"vroce.dev/vroce/wire"
 )
 
@@ -103,11 +104,11 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 		mrs:   map[uint32]*MR{},
 		done:  make(chan struct{}),
 	}
-	clock, err := newDeviceClock(d.epoch)
+	clk, err := clock.New(d.epoch)
 	if err != nil {
 		return nil, fmt.Errorf("vroce: open: timer: %w", err)
 	}
-	d.timers.clock, d.timers.armed = clock, idleDeadline
+	d.timers.clock, d.timers.armed = clk, idleDeadline
 	d.events.init()
 	d.batches.New = func() any { return newTxBatch(p.BatchSize()) }
 	d.heldBufs.New = func() any { b := make([]byte, 0, MaxPacketSize); return &b }

@@ -109,6 +109,7 @@ type requester struct {
 	progressAt int64 // last time anything was acknowledged
 	rnrLeft    int
 	rnrWait    bool
+	undo       float64 // the window before the last timeout, while it may prove spurious
 
 	drainReported bool
 }
@@ -618,6 +619,13 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 		if !st.retx && !st.held { // a held PSN gave its sample when SACKed
 			sample = max(sample, st.sentAt)
 		}
+		if st.retx && r.undo != 0 && now-st.sentAt < r.rtt.minRTT/2 {
+			// Acknowledged sooner than its resend could be: the original
+			// arrived and the timeout was spurious (Eifel). Undo it.
+			qp.stats.SpuriousTimeouts++
+			r.cc.cwnd, r.cc.slowStart, r.backoff = max(r.cc.cwnd, r.undo), false, 0
+			r.undo = 0
+		}
 		r.delivered(p, now)
 	}
 	if sample != 0 {
@@ -774,6 +782,9 @@ func (r *requester) advance(qp *QP, now int64) {
 	r.progressAt = now
 	r.backoff = 0
 	r.rnrLeft = int(qp.attr.RNRRetry)
+	if r.undo != 0 && r.cc.slowStart {
+		r.undo = 0 // the resends are being acknowledged: the timeout was real
+	}
 	r.rtoAt, r.probeAt = 0, 0 // re-armed from now by pump
 }
 
@@ -857,6 +868,9 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 			qp.stats.Timeouts++
 			r.markLostFrom(r.sndUna)
 			r.backoff++
+			if r.undo == 0 {
+				r.undo = r.cc.cwnd
+			}
 			r.cc.onTimeout(now)
 			r.rtoAt, r.probeAt = 0, 0
 		case r.probeAt != 0 && now >= r.probeAt:

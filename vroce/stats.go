@@ -33,23 +33,24 @@ func (d *Device) Stats() DeviceStats {
 
 // QPStats are one QP's transport counters.
 type QPStats struct {
-	TxPackets       uint64 // packets sent: requests, responses and ACKs
-	RxPackets       uint64 // packets accepted for this QP
-	Retransmits     uint64 // request packets sent again
-	Timeouts        uint64 // retransmission timer expiries
-	SeqNAKsSent     uint64 // PSN sequence error NAKs sent
-	SeqNAKsRecv     uint64
-	RNRNAKsSent     uint64
-	RNRNAKsRecv     uint64
-	Duplicates      uint64 // duplicate requests received
-	OutOfSequence   uint64 // requests received ahead of the expected PSN
-	WrongSource     uint64 // dropped: not from the connected peer
-	RemoteAbortErr  uint64 // NAKs other than sequence and RNR received
-	SACKsSent       uint64 // ACKs carrying selective acknowledgement blocks
-	SACKsRecv       uint64
-	HeldOutOfOrder  uint64 // requests kept out of order for selective repeat
-	FastRetransmits uint64 // loss episodes found from SACKs, before any timeout
-	TailProbes      uint64 // tail-loss probes sent
+	TxPackets        uint64 // packets sent: requests, responses and ACKs
+	RxPackets        uint64 // packets accepted for this QP
+	Retransmits      uint64 // request packets sent again
+	Timeouts         uint64 // retransmission timer expiries
+	SeqNAKsSent      uint64 // PSN sequence error NAKs sent
+	SeqNAKsRecv      uint64
+	RNRNAKsSent      uint64
+	RNRNAKsRecv      uint64
+	Duplicates       uint64 // duplicate requests received
+	OutOfSequence    uint64 // requests received ahead of the expected PSN
+	WrongSource      uint64 // dropped: not from the connected peer
+	RemoteAbortErr   uint64 // NAKs other than sequence and RNR received
+	SACKsSent        uint64 // ACKs carrying selective acknowledgement blocks
+	SACKsRecv        uint64
+	HeldOutOfOrder   uint64 // requests kept out of order for selective repeat
+	FastRetransmits  uint64 // loss episodes found from SACKs, before any timeout
+	TailProbes       uint64 // tail-loss probes sent
+	SpuriousTimeouts uint64 // timeouts undone: the original packets had arrived
 
 	CWnd   int           // congestion window, packets
 	SRTT   time.Duration // smoothed RTT

@@ -3,6 +3,7 @@ package vroce
 import (
 	"container/heap"
 	"sync"
+	"vroce.dev/internal/clock"
 )
 
 // timerQueue holds, for each QP with a deadline, the earliest time it must
@@ -12,7 +13,7 @@ import (
 type timerQueue struct {
 	mu    sync.Mutex
 	h     timerHeap
-	clock *deviceClock
+	clock *clock.Clock
 	armed int64 // the deadline the clock is set for
 }
 
@@ -46,7 +47,7 @@ func (d *Device) schedule(qp *QP, at int64) {
 	heap.Push(&t.h, timerEntry{at: at, qp: qp})
 	if at < t.armed {
 		t.armed = at
-		t.clock.arm(at)
+		t.clock.Arm(at)
 	}
 }
 
@@ -59,7 +60,7 @@ func (d *Device) timerLoop() {
 	t := &d.timers
 	defer func() {
 		t.mu.Lock()
-		t.clock.close()
+		t.clock.Close()
 		t.mu.Unlock()
 	}()
 	var due []*QP
@@ -84,12 +85,12 @@ func (d *Device) timerLoop() {
 		if len(t.h) > 0 {
 			t.armed = t.h[0].at
 		}
-		t.clock.arm(t.armed)
+		t.clock.Arm(t.armed)
 		t.mu.Unlock()
 		if d.isClosed() {
 			return
 		}
-		t.clock.wait()
+		t.clock.Wait()
 	}
 }
 
@@ -101,6 +102,6 @@ func (d *Device) stopTimers() {
 	t := &d.timers
 	t.mu.Lock()
 	t.armed = 1
-	t.clock.arm(1)
+	t.clock.Arm(1)
 	t.mu.Unlock()
 }

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"vroce.dev/internal/clock"
 	"vroce.dev/vroce"
 )
 
@@ -93,7 +94,9 @@ type Network struct {
 	pending    deliveryHeap
 	seq        uint64
 	running    bool // the delivery goroutine is running
-	wake       chan struct{}
+	clock      *clock.Clock
+	epoch      time.Time
+	armed      time.Time // the delivery the clock is set for
 	closed     bool
 	stats      Stats
 	delivering sync.WaitGroup
@@ -101,7 +104,12 @@ type Network struct {
 
 // NewNetwork creates a network with the given faults.
 func NewNetwork(cfg Config) *Network {
-	n := &Network{eps: map[netip.AddrPort]*Endpoint{}, cut: map[[2]netip.Addr]bool{}, wake: make(chan struct{}, 1)}
+	n := &Network{eps: map[netip.AddrPort]*Endpoint{}, cut: map[[2]netip.Addr]bool{}, epoch: time.Now()}
+	clk, err := clock.New(n.epoch)
+	if err != nil {
+		panic("sim: no clock: " + err.Error()) // timerfd_create fails only when out of descriptors
+	}
+	n.clock = clk
 	n.SetConfig(cfg)
 	return n
 }
@@ -151,15 +159,15 @@ func (n *Network) Close() {
 		eps = append(eps, ep)
 	}
 	n.pending = nil
+	n.clock.Arm(1) // wake a delivery goroutine to see it closed
 	n.mu.Unlock()
-	select {
-	case n.wake <- struct{}{}:
-	default:
-	}
 	for _, ep := range eps {
 		ep.Close()
 	}
 	n.delivering.Wait()
+	n.mu.Lock()
+	n.clock.Close()
+	n.mu.Unlock()
 }
 
 // Attach adds an endpoint at addr (an unused loopback address when addr is
@@ -284,22 +292,19 @@ func (n *Network) send(src *Endpoint, pkt vroce.Packet) error {
 			n.running = true
 			n.delivering.Add(1)
 			go n.deliverLoop()
-		} else if n.pending[0].seq == n.seq {
-			select {
-			case n.wake <- struct{}{}:
-			default:
-			}
+		} else if at := n.pending[0].at; n.pending[0].seq == n.seq && at.Before(n.armed) {
+			n.armed = at
+			n.clock.Arm(int64(at.Sub(n.epoch)))
 		}
 	}
 	return nil
 }
 
 // deliverLoop hands delayed packets over on time; it runs only while
-// packets are pending.
+// packets are pending. Its clock is precise to microseconds, as the
+// devices' are, or a 20 us delay would become a millisecond.
 func (n *Network) deliverLoop() {
 	defer n.delivering.Done()
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
 	for {
 		n.mu.Lock()
 		now := time.Now()
@@ -313,13 +318,10 @@ func (n *Network) deliverLoop() {
 			n.mu.Unlock()
 			return
 		}
-		wait := n.pending[0].at.Sub(now)
+		n.armed = n.pending[0].at
+		n.clock.Arm(int64(n.armed.Sub(n.epoch)))
 		n.mu.Unlock()
-		t.Reset(wait)
-		select {
-		case <-t.C:
-		case <-n.wake:
-		}
+		n.clock.Wait()
 	}
 }
 
