@@ -13,6 +13,7 @@ const (
 	minWindow     = 1
 	targetSlack   = 300_000 // ns above 1.5 x base RTT: a user-space stack's scheduling noise
 	maxDecrease   = 0.5     // the largest multiplicative decrease
+	lossDecrease  = 0.125   // on a loss found by SACK or NAK
 	delayBeta     = 0.8
 	paceBurst     = 16 // packets sent back to back before the pacer waits
 )
@@ -57,12 +58,15 @@ func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
 	c.cwnd = min(max(c.cwnd, minWindow), maxWindow)
 }
 
-// onLoss halves the window, once per RTT.
+// onLoss trims the window by an eighth, once per RTT. A VPC drops packets
+// that no queue overflowed, and the delay signal already reports real
+// congestion: halving on every loss, as Reno does, would cap goodput under
+// random loss near 1.2/sqrt(p) packets per RTT. Timeouts still collapse it.
 func (c *congestion) onLoss(srtt, now int64) {
 	if now-c.lastDecrease < srtt {
 		return
 	}
-	c.cwnd = max(c.cwnd*(1-maxDecrease), minWindow)
+	c.cwnd = max(c.cwnd*(1-lossDecrease), minWindow)
 	c.lastDecrease, c.slowStart = now, false
 }
 
