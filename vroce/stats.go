@@ -19,15 +19,56 @@ type DeviceStats struct {
 	RxErrors    uint64 // provider receive errors
 	TxPackets   uint64 // datagrams sent
 	TxErrors    uint64 // provider send errors
+	// QPs sums the transport counters of the device's QPs (the window and
+	// RTT fields: the largest window, the largest SRTT, the smallest base
+	// RTT).
+	QPs QPStats
 }
 
 // Stats returns the device's counters.
 func (d *Device) Stats() DeviceStats {
 	s := &d.stats
-	return DeviceStats{
+	out := DeviceStats{
 		RxPackets: s.rxPackets.Load(), RxMalformed: s.rxMalformed.Load(), RxNoQP: s.rxNoQP.Load(),
 		RxBadICRC: s.rxBadICRC.Load(), RxErrors: s.rxErrors.Load(),
 		TxPackets: s.txPackets.Load(), TxErrors: s.txErrors.Load(),
+	}
+	d.mu.Lock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, qp := range d.qps {
+		qps = append(qps, qp)
+	}
+	d.mu.Unlock()
+	for _, qp := range qps {
+		out.QPs.add(qp.Stats())
+	}
+	return out
+}
+
+// add accumulates q into s.
+func (s *QPStats) add(q QPStats) {
+	s.TxPackets += q.TxPackets
+	s.RxPackets += q.RxPackets
+	s.Retransmits += q.Retransmits
+	s.Timeouts += q.Timeouts
+	s.SeqNAKsSent += q.SeqNAKsSent
+	s.SeqNAKsRecv += q.SeqNAKsRecv
+	s.RNRNAKsSent += q.RNRNAKsSent
+	s.RNRNAKsRecv += q.RNRNAKsRecv
+	s.Duplicates += q.Duplicates
+	s.OutOfSequence += q.OutOfSequence
+	s.WrongSource += q.WrongSource
+	s.RemoteAbortErr += q.RemoteAbortErr
+	s.SACKsSent += q.SACKsSent
+	s.SACKsRecv += q.SACKsRecv
+	s.HeldOutOfOrder += q.HeldOutOfOrder
+	s.FastRetransmits += q.FastRetransmits
+	s.TailProbes += q.TailProbes
+	s.SpuriousTimeouts += q.SpuriousTimeouts
+	s.CWnd = max(s.CWnd, q.CWnd)
+	s.SRTT = max(s.SRTT, q.SRTT)
+	if s.MinRTT == 0 || (q.MinRTT != 0 && q.MinRTT < s.MinRTT) {
+		s.MinRTT = q.MinRTT
 	}
 }
 

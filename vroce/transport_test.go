@@ -414,3 +414,17 @@ func allZero(b []byte) bool {
 	}
 	return true
 }
+
+func TestDeviceCountersSumItsQPs(t *testing.T) {
+	o := defaultOpts()
+	o.Sim = sim.Config{Seed: 3, Loss: 0.05}
+	a, b, _ := simPair(t, o)
+	transfer(t, a, b, 256<<10, 16<<10)
+	qs, ds := a.QP.Stats(), a.Dev.Stats().QPs
+	if ds.Retransmits != qs.Retransmits || ds.TxPackets != qs.TxPackets || ds.SACKsRecv != qs.SACKsRecv || ds.CWnd != qs.CWnd {
+		t.Fatalf("device %+v\nQP %+v", ds, qs)
+	}
+	if ds.Retransmits == 0 || b.Dev.Stats().QPs.SACKsSent == 0 || ds.SRTT == 0 {
+		t.Fatalf("5%% loss left no trace in the counters: %+v", ds)
+	}
+}

@@ -1,0 +1,79 @@
+package udp_test
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"vroce.dev/internal/pcap"
+	"vroce.dev/internal/verbstest"
+	"vroce.dev/providers/sim"
+	"vroce.dev/vroce"
+	"vroce.dev/vroce/wire"
+)
+
+// TestSACKsDecodeAsPlainRoCEAcks records a selective-repeat exchange over
+// a lossy network: the capture holds ACKs with SACK trailers, and tshark
+// still decodes every frame as RoCE with nothing malformed.
+func TestSACKsDecodeAsPlainRoCEAcks(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tshark is not installed; .ci/run installs it")
+		}
+		t.Skip("tshark not installed (apt-get install tshark); CI runs this check")
+	}
+	network := sim.NewNetwork(sim.Config{Seed: 5, Loss: 0.05})
+	t.Cleanup(network.Close)
+	path := filepath.Join(t.TempDir(), "sack.pcap")
+	da, err := vroce.Open(vroce.Config{Provider: "sim", Addr: "127.0.0.1:4791", ProviderOptions: network, PcapPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := verbstest.OpenDevice(t, vroce.Config{Provider: "sim", Addr: "127.0.0.2:4791", ProviderOptions: network})
+	o := verbstest.DefaultOpts()
+	o.BufSize = 2 << 20
+	a, b := verbstest.Pair(t, da, db, o)
+	exercise(t, a, b, 512<<10)
+	if err := da.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := pcap.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sacks := 0
+	for {
+		frame, _, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := pcap.DecodeUDP(frame)
+		var p wire.Packet
+		var s wire.SACK
+		if wire.Parse(&p, d.Payload) == nil && p.BTH.Opcode == wire.RCAcknowledge && wire.ParseSACK(&s, p.Payload) {
+			sacks++
+		}
+	}
+	if sacks == 0 {
+		t.Fatal("no SACK in the capture of a lossy selective-repeat exchange")
+	}
+	bad, err := exec.Command(tshark, "-n", "-r", path, "--disable-protocol", "rpcordma", "-Y", "!infiniband || _ws.malformed || _ws.expert.severity >= 8388608").Output()
+	if err != nil {
+		t.Fatalf("tshark: %v", err)
+	}
+	if len(bytes.TrimSpace(bad)) != 0 {
+		t.Fatalf("tshark does not decode every frame as clean RoCE (%d SACKs in the capture):\n%s", sacks, bad)
+	}
+}
