@@ -864,14 +864,24 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 	if r.outstanding() {
 		switch {
 		case r.rtoAt != 0 && now >= r.rtoAt:
-			// Everything in flight is presumed lost.
 			qp.stats.Timeouts++
-			r.markLostFrom(r.sndUna)
-			r.backoff++
-			if r.undo == 0 {
-				r.undo = r.cc.cwnd
+			if r.backoff == 0 {
+				// The first timeout since progress is most often a
+				// stall of the host, not of the network (loss probes
+				// found the network's losses already): resend the
+				// oldest unconfirmed packet, as a probe would, and
+				// trim the window.
+				r.probe()
+				r.cc.onLoss(r.rtt.srtt, now)
+			} else {
+				// Again: everything in flight is presumed lost.
+				r.markLostFrom(r.sndUna)
+				if r.undo == 0 {
+					r.undo = r.cc.cwnd
+				}
+				r.cc.onTimeout(now)
 			}
-			r.cc.onTimeout(now)
+			r.backoff++
 			r.rtoAt, r.probeAt = 0, 0
 		case r.probeAt != 0 && now >= r.probeAt:
 			// A loss probe: two RTTs passed without news. Resend the

@@ -35,6 +35,7 @@ type result struct {
 	// (selective repeat), the congestion window summed over QPs, SRTT.
 	FastRetransmits uint64  `json:"fast_retransmits"`
 	TailProbes      uint64  `json:"tail_probes"`
+	Spurious        uint64  `json:"spurious_timeouts"`
 	CWnd            int     `json:"cwnd_packets"`
 	SRTT            float64 `json:"srtt_us"`
 }

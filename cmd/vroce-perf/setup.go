@@ -154,6 +154,7 @@ func (s *side) counters(r *result) {
 		r.Timeouts += st.Timeouts
 		r.FastRetransmits += st.FastRetransmits
 		r.TailProbes += st.TailProbes
+		r.Spurious += st.SpuriousTimeouts
 		r.CWnd += st.CWnd
 		r.SRTT = max(r.SRTT, float64(st.SRTT)/1e3)
 	}

@@ -227,3 +227,6 @@ func linkMTU(addr netip.Addr) int {
 	}
 	return fallback
 }
+
+// Conn is the provider's socket (for tests that inspect its options).
+func (p *Provider) Conn() *net.UDPConn { return p.conn }
