@@ -3,9 +3,11 @@ package vroce
 // Congestion control for RC: delay-based in the style of Swift (SIGCOMM
 // 2020), needing nothing from switches. The window grows while the RTT
 // stays under a target a little above the path's base RTT, shrinks in
-// proportion to the excess when it does not (at most once per RTT), halves
-// on a loss and collapses on a timeout. A pacer spreads each window over an
-// RTT so that bursts do not build the queues the RTT measures.
+// proportion to the excess when it does not (at most once per RTT), is
+// trimmed by an eighth on a loss and collapses on repeated timeouts. Below
+// a burst's worth of window (as in Swift, whose windows fall under one
+// packet in incast) a pacer spreads the window over an RTT; above it, the
+// ACK clock spaces the packets.
 
 const (
 	initialWindow = 64   // packets
@@ -80,6 +82,12 @@ func (c *congestion) onTimeout(now int64) {
 // pace reports whether one more packet may leave at now; if not, when it
 // may. The pacer refills at cwnd packets per srtt, holding at most a burst.
 func (c *congestion) pace(srtt, now int64) (ok bool, at int64) {
+	if c.cwnd >= paceBurst {
+		// A window of a burst or more is clocked by its ACKs, which the
+		// path already spaces; pacing it costs a timer wakeup per gap.
+		c.tokens, c.tokensAt = paceBurst, now
+		return true, 0
+	}
 	if srtt > 0 {
 		rate := c.cwnd / float64(srtt) // packets per ns
 		c.tokens = min(c.tokens+float64(now-c.tokensAt)*rate, paceBurst)

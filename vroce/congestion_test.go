@@ -42,7 +42,7 @@ func TestPacerSpreadsAWindowOverAnRTT(t *testing.T) {
 	var c congestion
 	c.init()
 	c.cwnd = 10
-	const srtt = 100_000 // 10 packets per 100 us: one per 10 us
+	const srtt = 100_000 // 10 packets per 100 us: one per 10 us, paced below a burst
 	now := int64(1)
 	c.tokensAt = now
 	sent := 0
@@ -66,5 +66,16 @@ func TestPacerSpreadsAWindowOverAnRTT(t *testing.T) {
 	}
 	if sent != paceBurst {
 		t.Fatalf("after idling, a burst of %d, want %d", sent, paceBurst)
+	}
+}
+
+func TestPacerStandsAsideForLargeWindows(t *testing.T) {
+	var c congestion
+	c.init()
+	c.cwnd = 200
+	for i := 0; i < 1000; i++ {
+		if ok, _ := c.pace(100_000, 1); !ok {
+			t.Fatalf("a window of 200 packets paced after %d", i)
+		}
 	}
 }
