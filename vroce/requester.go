@@ -396,8 +396,9 @@ func (r *requester) armTimers(qp *QP, now int64) {
 		r.rtoAt, r.probeAt = 0, 0
 		return
 	}
+	rto := r.rtt.rto(r.backoff, qp.ackTimeout())
 	if r.rtoAt == 0 {
-		r.rtoAt = now + r.rtt.rto(r.backoff, qp.ackTimeout())
+		r.rtoAt = now + rto
 	}
 	// A loss probe after two quiet RTTs: the last packets of a flight,
 	// whether the flight ends the data or fills the window, have no later
@@ -406,7 +407,9 @@ func (r *requester) armTimers(qp *QP, now int64) {
 	if r.lostCount > 0 {
 		r.probeAt = 0
 	} else if r.backoff == 0 && r.probeAt == 0 {
-		r.probeAt = now + r.rtt.pto()
+		// Always ahead of the RTO: a steady RTT makes RTTVAR, and the
+		// RTO, small against two SRTTs.
+		r.probeAt = min(now+r.rtt.pto(), r.rtoAt-rto/4)
 	}
 	r.schedule(qp)
 }

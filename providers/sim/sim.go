@@ -91,6 +91,7 @@ type Network struct {
 	eps        map[netip.AddrPort]*Endpoint
 	nextAuto   uint32
 	cut        map[[2]netip.Addr]bool
+	dropNext   map[netip.AddrPort]int // packets to drop from an address, before any other fault
 	pending    deliveryHeap
 	seq        uint64
 	running    bool // the delivery goroutine is running
@@ -140,6 +141,17 @@ func (n *Network) Stats() Stats {
 func (n *Network) Partition(a, b netip.Addr) {
 	n.mu.Lock()
 	n.cut[[2]netip.Addr{a, b}], n.cut[[2]netip.Addr{b, a}] = true, true
+	n.mu.Unlock()
+}
+
+// DropNext drops the next count packets that from sends: a loss placed
+// exactly, for tests.
+func (n *Network) DropNext(from netip.AddrPort, count int) {
+	n.mu.Lock()
+	if n.dropNext == nil {
+		n.dropNext = map[netip.AddrPort]int{}
+	}
+	n.dropNext[from] = count
 	n.mu.Unlock()
 }
 
@@ -241,6 +253,10 @@ func (n *Network) send(src *Endpoint, pkt vroce.Packet) error {
 		return nil
 	case len(pkt.Data) > c.MTU:
 		n.stats.Oversize++
+		return nil
+	case n.dropNext[src.addr] > 0:
+		n.dropNext[src.addr]--
+		n.stats.Lost++
 		return nil
 	case c.Loss > 0 && n.rng.Float64() < c.Loss:
 		n.stats.Lost++

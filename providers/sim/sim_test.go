@@ -177,3 +177,19 @@ func TestAttachRefusesATakenAddress(t *testing.T) {
 		t.Fatalf("automatic address %v, %v", auto.LocalAddr(), err)
 	}
 }
+
+func TestDropNextDropsExactlyThat(t *testing.T) {
+	network := sim.NewNetwork(sim.Config{})
+	defer network.Close()
+	a, _ := network.Attach(addrA)
+	b, _ := network.Attach(addrB)
+	network.DropNext(addrB, 5) // another sender's drops do not apply
+	network.DropNext(addrA, 2)
+	for _, m := range []string{"one", "two", "three"} {
+		a.Send([]vroce.Packet{{Data: []byte(m), Addr: addrB}})
+	}
+	pkts := []vroce.Packet{{Data: make([]byte, 64)}, {Data: make([]byte, 64)}}
+	if n, err := b.Recv(pkts); err != nil || n != 1 || string(pkts[0].Data) != "three" {
+		t.Fatalf("received %d (%q), %v", n, pkts[0].Data, err)
+	}
+}
