@@ -393,7 +393,10 @@ func (r *requester) wqeFor(psn uint32) *sendWQE {
 // running while anything is in flight.
 func (r *requester) armTimers(qp *QP, now int64) {
 	if !r.outstanding() {
+		// Nothing in flight needs the RTO or a probe, but a pump the
+		// pacer stopped must still be woken.
 		r.rtoAt, r.probeAt = 0, 0
+		r.schedule(qp)
 		return
 	}
 	rto := r.rtt.rto(r.backoff, qp.ackTimeout())

@@ -23,6 +23,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // verifies every byte.
 func exercise(t *testing.T, a, b *verbstest.Node, size int) {
 	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("requester %+v", a.QP.Stats())
+			t.Logf("responder %+v", b.QP.Stats())
+		}
+	})
 	verbstest.Fill(a.Buf[:size], 5)
 	err := a.QP.PostSend(vroce.SendWR{ID: 1, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled,
 		SGL: []vroce.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
