@@ -154,12 +154,18 @@ func TestPartitionAndHeal(t *testing.T) {
 }
 
 func TestRateLimitQueuesThenDrops(t *testing.T) {
-	// 100 kB/s with an 80-byte queue: of 100 packets of 8 bytes sent at
-	// once about 10 fit the queue (80 us each on the wire) and the rest
-	// drop; a slow sender drains a few more.
-	got, s := run(t, sim.Config{Rate: 1e5, QueueBytes: 80}, 100)
-	if s.QueueDrops < 60 || s.QueueDrops > 90 || len(got) != int(100-s.QueueDrops) {
+	// 1 kB/s with an 80-byte queue: each 8-byte packet holds the link for
+	// 8 ms, so of 100 sent at once about 10 fit the queue and the rest drop
+	// (a sender slow enough to drain more would need milliseconds per
+	// packet).
+	got, s := run(t, sim.Config{Rate: 1e3, QueueBytes: 80}, 100)
+	if s.QueueDrops < 80 || s.QueueDrops > 90 || len(got) != int(100-s.QueueDrops) {
 		t.Fatalf("queue drops %d, delivered %d", s.QueueDrops, len(got))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] <= got[i-1] {
+			t.Fatalf("a rate-limited link reordered: %v", got)
+		}
 	}
 }
 
