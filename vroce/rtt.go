@@ -11,7 +11,7 @@ const (
 	minRTO     = 1_000_000     // 1 ms: loss probes repair sooner; below, scheduling noise fires it
 	defaultRTO = 10_000_000    // before the first sample
 	maxBackoff = 6             // RTO doubles at most this many times
-	minPTO     = 200_000       // tail-loss probe floor, 200 us
+	minPTO     = 50_000        // 50 us: a wrong probe costs one duplicate packet
 	rttNoise   = 50_000        // allowance for ACK coalescing and wakeups
 	maxRTO     = 1_000_000_000 // when the verbs timeout is infinite
 )
