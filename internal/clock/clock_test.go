@@ -1,0 +1,48 @@
+package clock_test
+
+import (
+	"testing"
+	"time"
+
+	"vroce.dev/internal/clock"
+)
+
+func TestWaitReturnsNoSoonerThanTheDeadline(t *testing.T) {
+	epoch := time.Now()
+	c, err := clock.New(epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, d := range []time.Duration{50 * time.Microsecond, 300 * time.Microsecond, 2 * time.Millisecond} {
+		at := time.Since(epoch) + d
+		c.Arm(int64(at))
+		c.Wait()
+		if now := time.Since(epoch); now < at {
+			t.Fatalf("woke %v before a %v deadline", at-now, d)
+		}
+	}
+}
+
+// TestArmingEarlierMovesAWaitInProgress: a deadline an hour away, then,
+// from another goroutine, one now: the waiter wakes.
+func TestArmingEarlierMovesAWaitInProgress(t *testing.T) {
+	epoch := time.Now()
+	c, err := clock.New(epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Arm(int64(time.Since(epoch) + time.Hour))
+	woke := make(chan struct{})
+	go func() {
+		c.Wait()
+		close(woke)
+	}()
+	c.Arm(int64(time.Since(epoch) + time.Millisecond))
+	select {
+	case <-woke:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the earlier deadline did not wake the waiter")
+	}
+}
