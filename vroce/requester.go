@@ -44,8 +44,7 @@ type sendWQE struct {
 	assigned bool   // has PSNs
 	psn      uint32 // first PSN
 	npsn     int    // PSNs the message uses
-	respGot  int    // READ: response packets placed
-	done     bool
+	done     bool   // UD: the datagram has left
 }
 
 func (w *sendWQE) spans(yield func(span) bool) {
@@ -765,7 +764,6 @@ func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64) {
 		return
 	}
 	w.scatter(p.Payload, off)
-	w.respGot++
 	st := r.pkt(psn)
 	if !st.retx {
 		r.rtt.sample(now - st.sentAt)
@@ -794,12 +792,21 @@ func (r *requester) advance(qp *QP, now int64) {
 	r.rtoAt, r.probeAt = 0, 0 // re-armed from now by pump
 }
 
-// retire completes finished work requests at the head, in order: a work
-// request is finished once sndUna has passed its last PSN.
+// finished reports whether w may complete: a UD send once it has left, an
+// RC request once sndUna has passed its last PSN (sndUna never passes a PSN
+// not yet sent).
+func (r *requester) finished(qp *QP, w *sendWQE) bool {
+	if qp.typ == UD {
+		return w.done
+	}
+	return w.assigned && psnDiff(r.sndUna, w.lastPSN()) > 0
+}
+
+// retire completes finished work requests at the head, in order.
 func (r *requester) retire(qp *QP) {
 	for r.head < r.tail {
 		w := r.slot(r.head)
-		if !w.assigned || psnDiff(r.sndUna, w.lastPSN()) <= 0 || (r.head == r.next && psnDiff(r.nextPSN, w.lastPSN()) <= 0) {
+		if !r.finished(qp, w) {
 			break
 		}
 		if w.op == WRRDMARead || w.op.isAtomic() {
