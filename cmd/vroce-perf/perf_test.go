@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -87,5 +88,48 @@ func TestPatternCatchesAnyChangedByte(t *testing.T) {
 	}
 	if _, ok := checkPattern(b, 6); ok {
 		t.Fatal("message 5 passes as message 6")
+	}
+}
+
+// TestClientAndServerMeetOverTCP runs the two ends as vroce-perf does on
+// two machines: a server with no peer address, a client with one, their
+// devices on UDP, and the comparison on the control connection.
+func TestClientAndServerMeetOverTCP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	srv := &config{Test: "read_bw", Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, JSON: true, QPs: 1, TxDepth: 128}
+	cli := &config{Test: "read_bw", Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, Server: "127.0.0.1",
+		Iters: 200, Size: 20000, QPs: 2, TxDepth: 8, Verify: true, Compare: "tcp", quietProg: true}
+	for _, c := range []*config{srv, cli} {
+		if err := c.finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type outcome struct {
+		results []*result
+		err     error
+	}
+	served := make(chan outcome, 1)
+	go func() {
+		r, err := serveOne(srv, ln)
+		served <- outcome{r, err}
+	}()
+	results, err := run(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-served
+	if s.err != nil {
+		t.Fatalf("server: %v", s.err)
+	}
+	if len(results) != 2 || !results[0].Verified || results[0].Provider != "udp" || results[1].Provider != "tcp" {
+		t.Fatalf("client results %+v", results)
+	}
+	if len(s.results) != 1 || s.results[0].BWAvg != results[0].BWAvg {
+		t.Fatalf("the server reports %+v, the client %+v", s.results, results[0])
 	}
 }

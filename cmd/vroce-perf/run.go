@@ -105,6 +105,11 @@ func runServer(cfg *config) ([]*result, error) {
 	if !cfg.JSON {
 		fmt.Fprintf(os.Stderr, "vroce-perf: %s server waiting on TCP port %d\n", cfg.Test, cfg.Port)
 	}
+	return serveOne(cfg, ln)
+}
+
+// serveOne serves the first client that connects to ln.
+func serveOne(cfg *config, ln net.Listener) ([]*result, error) {
 	c, err := ln.Accept()
 	if err != nil {
 		return nil, err
