@@ -293,6 +293,9 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	return qp, nil
 }
 
+// Device is the device the QP belongs to.
+func (qp *QP) Device() *Device { return qp.dev }
+
 // QPN is the queue pair number peers address.
 func (qp *QP) QPN() uint32 { return qp.qpn }
 
