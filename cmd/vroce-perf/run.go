@@ -142,16 +142,22 @@ func drive(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 		return nil, err
 	}
 	defer s.close()
-	psns := randomPSNs(len(s.qps))
-	if err := c.send(hello{Version: protocolVersion, Config: *cfg, Info: s.info(advertised(s, controlIP(c.conn)), psns)}); err != nil {
+	if err := c.send(hello{Version: protocolVersion, Config: *cfg, Info: s.info()}); err != nil {
 		return nil, err
 	}
 	var peer info
 	if err := c.recv(&peer); err != nil {
 		return nil, err
 	}
-	if err := s.connect(psns, peer); err != nil {
+	if err := s.connect(c, controlIP(c.conn)); err != nil {
 		return nil, err
+	}
+	var ready done // the server has posted its receives
+	if err := c.recv(&ready); err != nil {
+		return nil, err
+	}
+	if ready.Error != "" {
+		return nil, errors.New("server: " + ready.Error)
 	}
 	var r *result
 	if cfg.isLat() {
@@ -207,16 +213,18 @@ func serve(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 		return nil, err
 	}
 	defer s.close()
-	// Connect and post receives first: the client starts the moment it
-	// has our details.
-	psns := randomPSNs(len(s.qps))
-	if err := s.connect(psns, h.Info); err != nil {
+	if err := c.send(s.info()); err != nil {
 		return nil, err
 	}
+	if err := s.connect(c, controlIP(c.conn)); err != nil {
+		return nil, err
+	}
+	// Receives are posted before the client is told to start.
 	if err := s.serverPrepare(); err != nil {
+		c.send(done{Error: err.Error()})
 		return nil, err
 	}
-	if err := c.send(s.info(advertised(s, controlIP(c.conn)), psns)); err != nil {
+	if err := c.send(done{}); err != nil {
 		return nil, err
 	}
 	if run.isLat() {
@@ -253,13 +261,4 @@ func serve(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 		return nil, nil // the client prints
 	}
 	return d.Results, nil
-}
-
-// advertised is the IP a peer should send vRoCE packets to: the device's
-// own when it has one, else the one the control connection arrived on.
-func advertised(s *side, controlAddr netip.Addr) netip.Addr {
-	if a := s.dev.LocalAddr().Addr(); !a.IsUnspecified() {
-		return a
-	}
-	return controlAddr
 }

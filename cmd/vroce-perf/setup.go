@@ -2,14 +2,16 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
+	"time"
 
 	"vroce.dev/vroce"
+	"vroce.dev/vroce/cm"
 )
 
 // side is one end of a test: a device with one CQ, one registered buffer
@@ -27,16 +29,11 @@ type side struct {
 	mtu    vroce.MTU
 }
 
-// info is what one side tells the other to connect and to address its
-// memory.
+// info tells the other side where this side's memory is; the QPs connect
+// through vroce/cm.
 type info struct {
-	Addr string   `json:"addr"`
-	QPNs []uint32 `json:"qpns"`
-	PSNs []uint32 `json:"psns"`
-	RKey uint32   `json:"rkey"`
-	VA   uint64   `json:"va"`
-	MTU  int      `json:"mtu"`
-	SACK bool     `json:"sack"` // speaks selective repeat
+	RKey uint32 `json:"rkey"`
+	VA   uint64 `json:"va"`
 }
 
 const maxBuffer = 4 << 30
@@ -85,53 +82,28 @@ func newSide(cfg *config, devCfg vroce.Config) (*side, error) {
 
 func (s *side) close() { s.dev.Close() }
 
-// info describes this side, reachable at ip (the address the peer's
-// control connection sees).
-func (s *side) info(ip netip.Addr, psns []uint32) info {
-	in := info{RKey: s.mr.RKey(), VA: s.mr.Addr(), MTU: int(s.mtu), PSNs: psns, SACK: !s.cfg.GoBackN}
-	in.Addr = netip.AddrPortFrom(ip, s.dev.LocalAddr().Port()).String()
-	for _, qp := range s.qps {
-		in.QPNs = append(in.QPNs, qp.QPN())
-	}
-	return in
-}
+func (s *side) info() info { return info{RKey: s.mr.RKey(), VA: s.mr.Addr()} }
 
-func randomPSNs(n int) []uint32 {
-	p := make([]uint32, n)
-	for i := range p {
-		p[i] = rand.Uint32() & 0xffffff
+// connect connects every QP to the peer's QP of the same index with the
+// SOCKET exchange of vroce/cm over the control connection, advertising ip
+// when the device listens on all addresses.
+func (s *side) connect(c *control, ip netip.Addr) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := cm.Params{
+		Access:  vroce.AccessRemoteWrite | vroce.AccessRemoteRead | vroce.AccessRemoteAtomic,
+		MTU:     s.mtu,
+		GoBackN: s.cfg.GoBackN,
 	}
-	return p
-}
-
-// connect moves every QP to RTS aimed at the peer's QP of the same index.
-func (s *side) connect(own []uint32, peer info) error {
-	if len(peer.QPNs) != len(s.qps) {
-		return fmt.Errorf("peer has %d QPs, want %d", len(peer.QPNs), len(s.qps))
+	if a := s.dev.LocalAddr(); a.Addr().IsUnspecified() {
+		p.Advertise = netip.AddrPortFrom(ip, a.Port())
 	}
-	dest, err := netip.ParseAddrPort(peer.Addr)
-	if err != nil {
-		return fmt.Errorf("peer address %q: %w", peer.Addr, err)
-	}
-	s.mtu = min(s.mtu, vroce.MTU(peer.MTU))
-	access := vroce.AccessLocalWrite | vroce.AccessRemoteWrite | vroce.AccessRemoteRead | vroce.AccessRemoteAtomic
 	for i, qp := range s.qps {
-		steps := []struct {
-			a vroce.QPAttr
-			m vroce.QPAttrMask
-		}{
-			{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: access}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
-			{vroce.QPAttr{State: vroce.QPSRTR, Dest: dest, PathMTU: s.mtu, DestQPN: peer.QPNs[i], RQPSN: peer.PSNs[i], MaxDestRdAtomic: 16, MinRNRTimer: 1,
-				SelectiveRepeat: peer.SACK && !s.cfg.GoBackN},
-				vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat},
-			{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: own[i], Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
-				vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
+		peer, err := cm.ConnectSocket(ctx, c.buffered(), qp, p)
+		if err != nil {
+			return fmt.Errorf("connect QP %d: %w", i, err)
 		}
-		for _, st := range steps {
-			if err := qp.Modify(&st.a, st.m); err != nil {
-				return err
-			}
-		}
+		s.mtu = peer.MTU
 	}
 	return nil
 }
@@ -160,12 +132,24 @@ func (s *side) counters(r *result) {
 	}
 }
 
-// control is the TCP control connection: JSON lines, then raw bytes for
-// the TCP comparison, all read through one buffered reader.
+// control is the TCP control connection: JSON lines, the QP exchanges,
+// then raw bytes for the TCP comparison, all read through one buffered
+// reader.
 type control struct {
 	conn net.Conn
 	r    *bufio.Reader
 }
+
+// bufferedConn reads through the control connection's buffer, which may
+// already hold the peer's next message.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+func (c *control) buffered() net.Conn { return bufferedConn{c.conn, c.r} }
 
 func newControl(c net.Conn) *control { return &control{conn: c, r: bufio.NewReaderSize(c, 1<<16)} }
 
