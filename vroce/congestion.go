@@ -1,5 +1,7 @@
 package vroce
 
+import "math"
+
 // Congestion control for RC: delay-based in the style of Swift (SIGCOMM
 // 2020), needing nothing from switches. The window grows while the RTT
 // stays under a target a little above the path's base RTT, shrinks in
@@ -17,7 +19,8 @@ const (
 	maxDecrease   = 0.5     // the largest multiplicative decrease
 	lossDecrease  = 0.125   // on a loss found by SACK or NAK
 	delayBeta     = 0.8
-	paceBurst     = 16 // packets sent back to back before the pacer waits
+	paceBurst     = 16        // packets sent back to back before the pacer waits
+	flowScaling   = 200_000.0 // ns of extra target delay for a one-packet window
 )
 
 type congestion struct {
@@ -35,15 +38,22 @@ func (c *congestion) init() {
 
 func (c *congestion) window() int { return max(int(c.cwnd), minWindow) }
 
-// target is the RTT the window aims at.
-func target(minRTT int64) int64 { return minRTT + minRTT/2 + targetSlack }
+// target is the RTT a window of cwnd aims at. As in Swift's flow-based
+// scaling, a small window tolerates more delay than a large one: flows
+// sharing a path see the same delay, and a decrease in proportion to it
+// alone would keep whatever imbalance they have; this lets the smaller
+// grow while the larger yields, so they converge to fair shares.
+func target(minRTT int64, cwnd float64) int64 {
+	return minRTT + minRTT/2 + targetSlack + int64(flowScaling/math.Sqrt(max(cwnd, 1)))
+}
 
 // onAck adjusts the window for acked packets with an RTT sample.
 func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
 	if acked <= 0 {
 		return
 	}
-	if rtt <= 0 || rtt < target(minRTT) {
+	tgt := target(minRTT, c.cwnd)
+	if rtt <= 0 || rtt < tgt {
 		if c.slowStart {
 			c.cwnd += float64(acked)
 			if c.cwnd >= c.ssthresh {
@@ -53,7 +63,7 @@ func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
 			c.cwnd += float64(acked) / c.cwnd
 		}
 	} else if now-c.lastDecrease >= srtt {
-		excess := float64(rtt-target(minRTT)) / float64(rtt)
+		excess := float64(rtt-tgt) / float64(rtt)
 		c.cwnd *= max(1-delayBeta*excess, 1-maxDecrease)
 		c.lastDecrease, c.slowStart = now, false
 	}

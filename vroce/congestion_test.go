@@ -79,3 +79,22 @@ func TestPacerStandsAsideForLargeWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallWindowsTolerateMoreDelay: flow-based scaling lets the smaller
+// of two windows sharing a delay keep growing while the larger yields.
+func TestSmallWindowsTolerateMoreDelay(t *testing.T) {
+	const minRTT = 20_000
+	if small, large := target(minRTT, 4), target(minRTT, 400); small <= large {
+		t.Fatalf("target %d for a 4-packet window, %d for 400", small, large)
+	}
+	var small, large congestion
+	small.init()
+	large.init()
+	small.cwnd, large.cwnd, small.slowStart, large.slowStart = 4, 400, false, false
+	rtt := (target(minRTT, 4) + target(minRTT, 400)) / 2 // between the two targets
+	small.onAck(4, rtt, minRTT, 100_000, 1_000_000)
+	large.onAck(400, rtt, minRTT, 100_000, 1_000_000)
+	if small.cwnd <= 4 || large.cwnd >= 400 {
+		t.Fatalf("at a delay between their targets: small %.1f (want up from 4), large %.1f (want down from 400)", small.cwnd, large.cwnd)
+	}
+}
