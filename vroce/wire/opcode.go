@@ -83,12 +83,6 @@ const (
 	known
 )
 
-// IsMiddle reports whether f is neither first nor last of a message.
-func (f Flags) IsMiddle() bool { return f&(IsFirst|IsLast) == 0 }
-
-// Only reports whether f is a single-packet message.
-func (f Flags) Only() bool { return f&(IsFirst|IsLast) == IsFirst|IsLast }
-
 var opcodeInfo = [opcodeTableSize]struct {
 	name  string
 	flags Flags
@@ -115,7 +109,7 @@ func init() {
 		p := t.prefix + "_"
 		send := req | IsSend | pay
 		write := req | IsWrite | pay
-		defineOpcode(b|0x00, p+"SEND_FIRST", send|first)
+		defineOpcode(b, p+"SEND_FIRST", send|first)
 		defineOpcode(b|0x01, p+"SEND_MIDDLE", send)
 		defineOpcode(b|0x02, p+"SEND_LAST", send|last|ConsumesRecv)
 		defineOpcode(b|0x03, p+"SEND_LAST_WITH_IMMEDIATE", send|last|ConsumesRecv|HasImm)
