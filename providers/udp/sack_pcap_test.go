@@ -19,13 +19,7 @@ import (
 // a lossy network: the capture holds ACKs with SACK trailers, and tshark
 // still decodes every frame as RoCE with nothing malformed.
 func TestSACKsDecodeAsPlainRoCEAcks(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("tshark is not installed; .ci/run installs it")
-		}
-		t.Skip("tshark not installed (apt-get install tshark); CI runs this check")
-	}
+	tshark := needTshark(t)
 	network := sim.NewNetwork(sim.Config{Seed: 5, Loss: 0.05})
 	t.Cleanup(network.Close)
 	path := filepath.Join(t.TempDir(), "sack.pcap")

@@ -96,13 +96,7 @@ func TestVerbsOverUDPLoopback(t *testing.T) {
 // tshark decode it: every frame must be RoCE (RRoCE over UDP 4791) with no
 // malformed or error-flagged frame.
 func TestPcapDecodesAsRoCE(t *testing.T) {
-	tshark, err := exec.LookPath("tshark")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("tshark is not installed; .ci/run installs it")
-		}
-		t.Skip("tshark not installed (apt-get install tshark); CI runs this check")
-	}
+	tshark := needTshark(t)
 	for _, tc := range []struct{ name, a, b string }{
 		{"IPv4", "127.0.0.71:4791", "127.0.0.72:4791"},
 		{"IPv6", "[::1]:4791", ""},
@@ -153,4 +147,18 @@ func TestPcapDecodesAsRoCE(t *testing.T) {
 			}
 		})
 	}
+}
+
+// needTshark finds tshark, or skips saying how to get it; CI installs it,
+// so there a missing tshark fails the test.
+func needTshark(t *testing.T) string {
+	t.Helper()
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("tshark is not installed; .ci/run installs it")
+		}
+		t.Skip("tshark not installed (apt-get install tshark); CI runs this check")
+	}
+	return tshark
 }
