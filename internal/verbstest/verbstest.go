@@ -12,6 +12,7 @@ import (
 
 	"vroce.dev/providers/sim"
 	"vroce.dev/vroce"
+	"vroce.dev/vroce/cm"
 )
 
 // Node is one side of a test connection: a device with a PD, a CQ, a QP
@@ -108,21 +109,11 @@ func Pair(t testing.TB, da, db *vroce.Device, o Opts) (a, b *Node) {
 // Initial PSNs derive from the QPNs, so both sides agree without talking.
 func Connect(t testing.TB, qp, peer *vroce.QP, peerDev *vroce.Device, o Opts) {
 	t.Helper()
-	steps := []struct {
-		attr vroce.QPAttr
-		mask vroce.QPAttrMask
-	}{
-		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: o.Access}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
-		{vroce.QPAttr{State: vroce.QPSRTR, Dest: peerDev.LocalAddr(), PathMTU: o.MTU, DestQPN: peer.QPN(),
-			RQPSN: InitialPSN(peer.QPN()), MaxDestRdAtomic: 16, MinRNRTimer: o.MinRNR, SelectiveRepeat: o.SelectiveRepeat},
-			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat},
-		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: InitialPSN(qp.QPN()), Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry, MaxRdAtomic: 16},
-			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
-	}
-	for _, s := range steps {
-		if err := qp.Modify(&s.attr, s.mask); err != nil {
-			t.Fatalf("modify QP %#x to %v: %v", qp.QPN(), s.attr.State, err)
-		}
+	err := cm.Connect(qp, InitialPSN(qp.QPN()),
+		cm.Peer{QPN: peer.QPN(), PSN: InitialPSN(peer.QPN()), Addr: peerDev.LocalAddr(), MTU: o.MTU, SelectiveRepeat: o.SelectiveRepeat},
+		cm.Params{Access: o.Access, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry, MinRNRTimer: o.MinRNR})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

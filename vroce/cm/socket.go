@@ -206,14 +206,16 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 		SelectiveRepeat: ours.flags&theirs.flags&flagSACK != 0,
 		PrivateData:     theirs.privateData,
 	}
-	if err := toRTS(qp, ours.psn, peer, p); err != nil {
+	if err := Connect(qp, ours.psn, peer, p); err != nil {
 		return Peer{}, err
 	}
 	return peer, nil
 }
 
-// toRTS moves qp through INIT and RTR to RTS aimed at peer.
-func toRTS(qp *vroce.QP, sqPSN uint32, peer Peer, p Params) error {
+// Connect moves qp, in RESET, through INIT and RTR to RTS aimed at peer,
+// sending from sqPSN: the last step of every connection mode, for callers
+// that learned the peer's details some other way.
+func Connect(qp *vroce.QP, sqPSN uint32, peer Peer, p Params) error {
 	or := func(v, def uint8) uint8 {
 		if v == 0 {
 			return def
