@@ -278,34 +278,21 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 		d.stats.rxMalformed.Add(1)
 		return
 	}
+	// The ICRC covers headers rebuilt from the addresses (see wire.Flow).
+	// A device listening on all addresses does not learn which of its
+	// addresses a datagram was sent to: an RC QP checks against its flow
+	// (qp.receive); for UD it cannot be known, and the UDP checksum, which
+	// every vRoCE sender sets, guards the payload.
+	if !d.local.Addr().IsUnspecified() && !(wire.Flow{Src: pkt.Addr, Dst: d.local}).Check(pkt.Data) {
+		d.stats.rxBadICRC.Add(1)
+		return
+	}
 	v, ok := d.qpTable.Load(p.BTH.DestQP)
 	if !ok {
 		d.stats.rxNoQP.Add(1)
 		return
 	}
-	qp := v.(*QP)
-	if !d.checkICRC(pkt, qp) {
-		d.stats.rxBadICRC.Add(1)
-		return
-	}
-	qp.receive(&p, pkt.Data, pkt.Addr, out)
-}
-
-// checkICRC verifies the ICRC over headers rebuilt from the addresses (see
-// wire.Flow). A device listening on all addresses does not learn which of
-// its addresses a datagram was sent to; for an RC QP it is the address the
-// QP's flow uses, for UD it cannot be known and the UDP checksum, which
-// every vRoCE sender sets, is what guards the payload.
-func (d *Device) checkICRC(pkt *Packet, qp *QP) bool {
-	dst := d.local
-	if dst.Addr().IsUnspecified() {
-		src := qp.flowSrc()
-		if !src.IsValid() {
-			return true
-		}
-		dst = src
-	}
-	return wire.Flow{Src: pkt.Addr, Dst: dst}.Check(pkt.Data)
+	v.(*QP).receive(&p, pkt.Data, pkt.Addr, out)
 }
 
 func (d *Device) getBatch() *txBatch  { return d.batches.Get().(*txBatch) }

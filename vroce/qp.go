@@ -564,16 +564,6 @@ func (qp *QP) popRecv() (recvWQE, bool) {
 	return qp.rq.pop()
 }
 
-// flowSrc is the local address of the QP's flow, if it has one.
-func (qp *QP) flowSrc() netip.AddrPort {
-	if qp.typ != RC {
-		return netip.AddrPort{}
-	}
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.flow.Src
-}
-
 // receive handles one packet addressed to the QP, from src; raw is the
 // packet's bytes, kept if it must wait for its turn.
 func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBatch) {
@@ -595,6 +585,10 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBat
 	}
 	if src != qp.flow.Dst && netip.AddrPortFrom(src.Addr().Unmap(), src.Port()) != qp.flow.Dst {
 		qp.stats.WrongSource++
+		return
+	}
+	if qp.dev.local.Addr().IsUnspecified() && !(wire.Flow{Src: src, Dst: qp.flow.Src}).Check(raw) {
+		qp.dev.stats.rxBadICRC.Add(1) // the device could not check it: see Device.receive
 		return
 	}
 	qp.stats.RxPackets++
