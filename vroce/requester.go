@@ -92,6 +92,7 @@ type requester struct {
 
 	pk         []pktState // per PSN in [sndUna, sndMax): the scoreboard
 	lostCount  int        // PSNs marked lost and not yet resent
+	lostFrom   uint32     // no PSN below it is marked lost
 	highHeld   uint32     // highest PSN known received (ACK, SACK or response)
 	rackSentAt int64      // latest send time among PSNs known received
 
@@ -364,10 +365,26 @@ func (r *requester) paced(now int64) bool {
 	return ok
 }
 
-// nextLost finds the oldest PSN marked lost.
+// markLost queues psn, whose state is st, to be sent again.
+func (r *requester) markLost(psn uint32, st *pktState) {
+	st.lost = true
+	r.lostCount++
+	if r.lostCount == 1 || psnDiff(psn, r.lostFrom) < 0 {
+		r.lostFrom = psn
+	}
+}
+
+// nextLost finds the oldest PSN marked lost. The scan resumes from
+// lostFrom, below which nothing is marked, so resending k losses costs one
+// pass over the window, not k.
 func (r *requester) nextLost() (uint32, bool) {
-	for p := r.sndUna; p != r.sndMax; p = psnAdd(p, 1) {
+	p := r.lostFrom
+	if psnDiff(p, r.sndUna) < 0 {
+		p = r.sndUna
+	}
+	for ; p != r.sndMax && psnDiff(p, r.sndMax) < 0; p = psnAdd(p, 1) {
 		if r.pkt(p).lost {
+			r.lostFrom = p
 			return p, true
 		}
 	}
@@ -616,8 +633,7 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 		}
 		if st.read {
 			if !st.lost && !st.held && st.sentAt < now-r.rtt.srtt/2 {
-				st.lost = true
-				r.lostCount++
+				r.markLost(p, st)
 			}
 			continue
 		}
@@ -705,8 +721,7 @@ func (r *requester) detectLosses(qp *QP, now int64) {
 		if !bySeq && st.sentAt+reorder > r.rackSentAt {
 			continue
 		}
-		st.lost = true
-		r.lostCount++
+		r.markLost(p, st)
 		found = true
 	}
 	if found {
@@ -726,8 +741,8 @@ func (r *requester) probe() {
 		}
 	}
 	if st := r.pkt(target); !st.done && !st.lost {
-		st.lost, st.held = true, false
-		r.lostCount++
+		st.held = false
+		r.markLost(target, st)
 	}
 }
 
@@ -739,8 +754,8 @@ func (r *requester) markLostFrom(psn uint32) {
 	for p := psn; psnDiff(p, r.sndMax) < 0; p = psnAdd(p, 1) {
 		st := r.pkt(p)
 		if !st.done && !st.lost {
-			st.lost, st.held = true, false
-			r.lostCount++
+			st.held = false
+			r.markLost(p, st)
 		}
 	}
 }
