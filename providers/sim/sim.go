@@ -215,7 +215,7 @@ type delivery struct {
 	at   time.Time
 	seq  uint64
 	to   *Endpoint
-	data []byte
+	data *[]byte
 	from netip.AddrPort
 }
 
@@ -270,10 +270,10 @@ func (n *Network) send(src *Endpoint, pkt vroce.Packet) error {
 	now := time.Now()
 	for i := 0; i < copies; i++ {
 		data := getBuf(len(pkt.Data))
-		copy(data, pkt.Data)
+		copy(*data, pkt.Data)
 		if c.Corrupt > 0 && n.rng.Float64() < c.Corrupt {
-			bit := n.rng.IntN(len(data) * 8)
-			data[bit/8] ^= 1 << (bit % 8)
+			bit := n.rng.IntN(len(*data) * 8)
+			(*data)[bit/8] ^= 1 << (bit % 8)
 			n.stats.Corrupted++
 		}
 		delay := c.Delay
@@ -294,7 +294,7 @@ func (n *Network) send(src *Endpoint, pkt vroce.Packet) error {
 				putBuf(data)
 				continue
 			}
-			dst.linkFree = start.Add(time.Duration(float64(len(data)) / c.Rate * 1e9))
+			dst.linkFree = start.Add(time.Duration(float64(len(*data)) / c.Rate * 1e9))
 			delay += dst.linkFree.Sub(now)
 		}
 		if delay <= 0 {
@@ -357,7 +357,7 @@ type Endpoint struct {
 }
 
 type queued struct {
-	data []byte
+	data *[]byte
 	from netip.AddrPort
 }
 
@@ -365,7 +365,7 @@ type queued struct {
 // socket's: beyond it arrivals are dropped.
 const receiveQueueLimit = 8192
 
-func (ep *Endpoint) enqueue(data []byte, from netip.AddrPort) {
+func (ep *Endpoint) enqueue(data *[]byte, from netip.AddrPort) {
 	ep.mu.Lock()
 	if ep.closed.Load() || len(ep.queue) >= receiveQueueLimit {
 		ep.mu.Unlock()
@@ -388,16 +388,16 @@ func (ep *Endpoint) Recv(pkts []vroce.Packet) (int, error) {
 		n := 0
 		for n < len(pkts) && n < len(ep.queue) {
 			q := ep.queue[n]
-			pkts[n].Data = pkts[n].Data[:copy(pkts[n].Data[:cap(pkts[n].Data)], q.data)]
+			pkts[n].Data = pkts[n].Data[:copy(pkts[n].Data[:cap(pkts[n].Data)], *q.data)]
 			pkts[n].Addr = q.from
 			putBuf(q.data)
-			ep.queue[n] = queued{}
 			n++
 		}
-		ep.queue = ep.queue[n:]
-		if len(ep.queue) == 0 {
-			ep.queue = ep.queue[:0:0]
-		}
+		// Compact in place: the queue keeps its array, so a steady flow
+		// of packets allocates nothing.
+		rest := copy(ep.queue, ep.queue[n:])
+		clear(ep.queue[rest:])
+		ep.queue = ep.queue[:rest]
 		more := len(ep.queue) > 0
 		ep.mu.Unlock()
 		if more {
@@ -466,18 +466,22 @@ func (ep *Endpoint) Close() error {
 	return nil
 }
 
+// bufPool holds packet buffers; the pointer itself travels with the
+// packet, so returning it allocates nothing.
 var bufPool = sync.Pool{New: func() any { b := make([]byte, vroce.MaxPacketSize); return &b }}
 
-func getBuf(n int) []byte {
+func getBuf(n int) *[]byte {
 	if n > vroce.MaxPacketSize {
-		return make([]byte, n)
+		b := make([]byte, n)
+		return &b
 	}
-	return (*bufPool.Get().(*[]byte))[:n]
+	b := bufPool.Get().(*[]byte)
+	*b = (*b)[:n]
+	return b
 }
 
-func putBuf(b []byte) {
-	if cap(b) == vroce.MaxPacketSize {
-		b = b[:cap(b)]
-		bufPool.Put(&b)
+func putBuf(b *[]byte) {
+	if cap(*b) == vroce.MaxPacketSize {
+		bufPool.Put(b)
 	}
 }

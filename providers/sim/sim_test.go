@@ -199,3 +199,24 @@ func TestDropNextDropsExactlyThat(t *testing.T) {
 		t.Fatalf("received %d (%q), %v", n, pkts[0].Data, err)
 	}
 }
+
+func TestDeliveringAPacketAllocatesNothing(t *testing.T) {
+	network := sim.NewNetwork(sim.Config{})
+	defer network.Close()
+	a, _ := network.Attach(addrA)
+	b, _ := network.Attach(addrB)
+	out := []vroce.Packet{{Data: make([]byte, 1024), Addr: addrB}}
+	in := []vroce.Packet{{Data: make([]byte, vroce.MaxPacketSize)}}
+	allocs := testing.AllocsPerRun(200, func() {
+		if err := a.Send(out); err != nil {
+			t.Fatal(err)
+		}
+		in[0].Data = in[0].Data[:cap(in[0].Data)]
+		if n, err := b.Recv(in); n != 1 || err != nil {
+			t.Fatal(n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%.1f allocations per packet", allocs)
+	}
+}
