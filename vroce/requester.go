@@ -890,17 +890,7 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 		r.paceAt = 0
 	}
 	if r.outstanding() {
-		// The probe's deadline is always the earlier: when a stalled host
-		// finds both passed, the probe goes first.
 		switch {
-		case r.probeAt != 0 && now >= r.probeAt:
-			// A loss probe: two RTTs passed without news. Resend the
-			// oldest packet the responder has not confirmed: it repairs a
-			// lost tail or a lost resend directly, and its ACK reports
-			// the rest.
-			qp.stats.TailProbes++
-			r.probeAt = 0
-			r.probe()
 		case r.rtoAt != 0 && now >= r.rtoAt:
 			qp.stats.Timeouts++
 			if r.backoff == 0 {
@@ -921,6 +911,14 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 			}
 			r.backoff++
 			r.rtoAt, r.probeAt = 0, 0
+		case r.probeAt != 0 && now >= r.probeAt:
+			// A loss probe: two RTTs passed without news. Resend the
+			// oldest packet the responder has not confirmed: it repairs a
+			// lost tail or a lost resend directly, and its ACK reports
+			// the rest.
+			qp.stats.TailProbes++
+			r.probeAt = 0
+			r.probe()
 		}
 	}
 	r.pump(qp, b)
