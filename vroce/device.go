@@ -57,6 +57,7 @@ type Device struct {
 	atomicMu sync.Mutex // remote atomics execute one at a time per device
 	heldBufs sync.Pool  // *[]byte: out-of-order requests kept for selective repeat
 	timers   timerQueue
+	gsi      atomic.Pointer[GSI] // QP1's owner, if any
 	events   eventQueue
 	pcap     *pcapRecorder
 	batches  sync.Pool
@@ -285,6 +286,10 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 	// every vRoCE sender sets, guards the payload.
 	if !d.local.Addr().IsUnspecified() && !(wire.Flow{Src: pkt.Addr, Dst: d.local}).Check(pkt.Data) {
 		d.stats.rxBadICRC.Add(1)
+		return
+	}
+	if p.BTH.DestQP == GSIQPN {
+		d.receiveGSI(&p, pkt.Addr)
 		return
 	}
 	v, ok := d.qpTable.Load(p.BTH.DestQP)

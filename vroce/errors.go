@@ -53,3 +53,7 @@ func invalidf(format string, args ...any) error {
 func statef(format string, args ...any) error {
 	return fmt.Errorf("vroce: %s: %w", fmt.Sprintf(format, args...), ErrState)
 }
+
+func busyf(format string, args ...any) error {
+	return fmt.Errorf("vroce: %s: %w", fmt.Sprintf(format, args...), ErrBusy)
+}

@@ -6,8 +6,8 @@ import (
 )
 
 type deviceCounters struct {
-	rxPackets, rxMalformed, rxNoQP, rxBadICRC, rxErrors atomic.Uint64
-	txPackets, txErrors                                 atomic.Uint64
+	rxPackets, rxMalformed, rxNoQP, rxBadICRC, rxErrors, rxMADs atomic.Uint64
+	txPackets, txErrors                                         atomic.Uint64
 }
 
 // DeviceStats are a device's packet counters.
@@ -17,6 +17,7 @@ type DeviceStats struct {
 	RxNoQP      uint64 // dropped: no such QP
 	RxBadICRC   uint64 // dropped: ICRC mismatch (corruption)
 	RxErrors    uint64 // provider receive errors
+	RxMADs      uint64 // management datagrams handed to the GSI owner
 	TxPackets   uint64 // datagrams sent
 	TxErrors    uint64 // provider send errors
 	// QPs sums the transport counters of the device's QPs (the window and
@@ -30,7 +31,7 @@ func (d *Device) Stats() DeviceStats {
 	s := &d.stats
 	out := DeviceStats{
 		RxPackets: s.rxPackets.Load(), RxMalformed: s.rxMalformed.Load(), RxNoQP: s.rxNoQP.Load(),
-		RxBadICRC: s.rxBadICRC.Load(), RxErrors: s.rxErrors.Load(),
+		RxBadICRC: s.rxBadICRC.Load(), RxErrors: s.rxErrors.Load(), RxMADs: s.rxMADs.Load(),
 		TxPackets: s.txPackets.Load(), TxErrors: s.txErrors.Load(),
 	}
 	d.mu.Lock()

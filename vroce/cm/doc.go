@@ -1,11 +1,32 @@
-// Package cm connects RC queue pairs. This file set holds the SOCKET mode
-// of the published spec: the two ends exchange their QP details over a TCP
-// connection they already have (as perftest does out of band, and as the
-// stream layer does before moving data over vRoCE), then move both QPs to
-// RTS. The in-band RDMA_CM mode (listen, backlog, REQ/REP/RTU) is to come.
+// Package cm connects RC queue pairs, in the two modes of the published
+// spec.
+//
+// SOCKET: the two ends exchange their QP details over a TCP connection
+// they already have (as perftest does out of band, and as the stream layer
+// does before moving data over vRoCE), then move both QPs to RTS. Both
+// ends call ConnectSocket at once; it is symmetric.
 //
 //	peer, err := cm.ConnectSocket(ctx, conn, qp, cm.Params{Access: vroce.AccessRemoteWrite})
 //
-// Both ends call ConnectSocket at once; it is symmetric. It negotiates the
-// path MTU (the smaller) and selective repeat (when both speak it).
+// RDMA_CM: an in-band connection manager, no TCP. A Manager owns a
+// device's QP1 and speaks the InfiniBand CM protocol (REQ, REP, RTU, REJ,
+// MRA, DREQ, DREP as MADs, laid out as Linux lays them out) over the
+// device's provider, repeating messages lost on the way. A service listens
+// on a port with a backlog; a full backlog drops new requests unanswered
+// and their senders try again, as rdma_ucm does (max_backlog: 1,024 by
+// default, 65,536 for 262,144 QPs).
+//
+//	m, _ := cm.New(dev, cm.Config{})
+//	l, _ := m.Listen(0, 0)            // the device's port, the full backlog
+//	req, _ := l.Accept(ctx)           // passive end
+//	id, _ := req.Accept(qp, cm.Params{PrivateData: welcome})
+//
+//	id, err := m.Connect(ctx, qp, serverAddr, cm.Params{}) // active end
+//	defer id.Disconnect()
+//
+// Both modes negotiate the path MTU (the smaller) and selective repeat
+// (when both ends speak it). A refused connection is a *RejectError, which
+// is also syscall.ECONNREFUSED. Every connection made by a Manager ends
+// with Disconnect, the peer's, or Manager.Close; its QP is the caller's to
+// destroy after.
 package cm

@@ -19,11 +19,10 @@ import (
 //	magic "vRCE" | version 2 | flags 2 | QPN 4 | PSN 4 | MTU 2 | port 2 |
 //	IP 16 (IPv4 mapped) | private data length 1 | private data 0-56
 const (
-	magic          = "vRCE"
-	version        = 1
-	headerLen      = 4 + 2 + 2 + 4 + 4 + 2 + 2 + 16 + 1
-	MaxPrivateData = 56
-	flagSACK       = 1 << 0
+	magic     = "vRCE"
+	version   = 1
+	headerLen = 4 + 2 + 2 + 4 + 4 + 2 + 2 + 16 + 1
+	flagSACK  = 1 << 0
 )
 
 // Errors a caller can test with errors.Is.
@@ -50,6 +49,9 @@ type Params struct {
 	// the device's address, or, when it listens on all addresses, the
 	// local address of conn with the device's port.
 	Advertise netip.AddrPort
+	// Service is the RDMA_CM service port to connect to; 0 means the
+	// port of the address connected to.
+	Service uint16
 }
 
 // Peer is what the other end told us.
@@ -216,16 +218,7 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 // sending from sqPSN: the last step of every connection mode, for callers
 // that learned the peer's details some other way.
 func Connect(qp *vroce.QP, sqPSN uint32, peer Peer, p Params) error {
-	or := func(v, def uint8) uint8 {
-		if v == 0 {
-			return def
-		}
-		return v
-	}
-	rd := p.MaxRdAtomic
-	if rd == 0 {
-		rd = 16
-	}
+	rd := int(p.rdAtomic())
 	steps := []struct {
 		a vroce.QPAttr
 		m vroce.QPAttrMask

@@ -1,0 +1,373 @@
+package cm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"vroce.dev/vroce"
+)
+
+// RDMA_CM messages are InfiniBand CM MADs (IBA vol. 1 §12.6) laid out as
+// Linux's ib_cm lays them out, so tshark decodes them and the fields mean
+// what they mean on any RoCE fabric. Two vRoCE additions hide in fields
+// the IBA reserves, where other CMs put zeros:
+//
+//   - the MAD header's ClassSpecific field carries 0x8000 | n when the
+//     private data is n bytes long (the IBA pads private data to a fixed
+//     size and loses its length);
+//   - a REQ's reserved word at offset 4 carries "vR", a version and
+//     capability flags, and a REP answers in the low byte of its QPN word
+//     (0x80 | the flags both ends speak). Selective repeat is one.
+//   - a vRoCE REP carries the path MTU it chose (IBA code) in the low
+//     byte of its PSN word: the passive end may offer less than the REQ.
+
+const (
+	madHeaderLen = 24
+	mgmtClassCM  = 0x07
+	cmClassVer   = 2
+	methodSend   = 0x03
+
+	// Where each message's private data lives and how much there is.
+	reqPrivOff, reqPrivLen   = 140, 92
+	repPrivOff, repPrivLen   = 36, 196
+	rejPrivOff, rejPrivLen   = 84, 148
+	rtuPrivOff, rtuPrivLen   = 8, 224
+	mraPrivOff, mraPrivLen   = 10, 222
+	dreqPrivOff, dreqPrivLen = 12, 220
+	drepPrivOff, drepPrivLen = 8, 224
+
+	// rdma_cm's header at the start of a REQ's private data (struct
+	// cma_hdr): version, IP version, source port, source and destination
+	// addresses. What is left is the application's.
+	cmaHeaderLen = 36
+
+	privLenPresent = 0x8000
+
+	vMagic0, vMagic1 = 'v', 'R'
+	vVersion         = 1
+	vFlagSACK        = 1 << 0
+	vFlagPresent     = 0x80
+
+	// psTCP is rdma_cm's RDMA_PS_TCP port space: service IDs are
+	// 0x0000000001060000 | port.
+	psTCP = 0x0106
+)
+
+// MaxPrivateData is the most private data each message carries for the
+// application.
+const (
+	MaxPrivateData       = reqPrivLen - cmaHeaderLen // 56, on connect (and in the SOCKET exchange)
+	MaxAcceptPrivateData = repPrivLen                // 196, on accept
+	MaxRejectPrivateData = rejPrivLen                // 148, on reject
+)
+
+// attrID is a CM message type (the MAD's attribute ID).
+type attrID uint16
+
+const (
+	attrREQ  attrID = 0x10
+	attrMRA  attrID = 0x11
+	attrREJ  attrID = 0x12
+	attrREP  attrID = 0x13
+	attrRTU  attrID = 0x14
+	attrDREQ attrID = 0x15
+	attrDREP attrID = 0x16
+)
+
+var attrNames = map[attrID]string{attrREQ: "REQ", attrMRA: "MRA", attrREJ: "REJ", attrREP: "REP", attrRTU: "RTU", attrDREQ: "DREQ", attrDREP: "DREP"}
+
+func (a attrID) String() string {
+	if s, ok := attrNames[a]; ok {
+		return s
+	}
+	return fmt.Sprintf("attr(%#x)", uint16(a))
+}
+
+// RejectReason is why a peer rejected a connection (IBA table 112).
+type RejectReason uint16
+
+// Reject reasons vRoCE sends or interprets.
+const (
+	RejectNoQP             RejectReason = 1
+	RejectNoResources      RejectReason = 3
+	RejectTimeout          RejectReason = 4
+	RejectUnsupported      RejectReason = 5
+	RejectInvalidCommID    RejectReason = 6
+	RejectInvalidServiceID RejectReason = 8 // nothing listens: ECONNREFUSED
+	RejectInvalidTransport RejectReason = 9
+	RejectStaleConnection  RejectReason = 10
+	RejectInvalidMTU       RejectReason = 26
+	RejectConsumer         RejectReason = 28 // the application said no
+	RejectInvalidRNRRetry  RejectReason = 29
+)
+
+var rejectNames = map[RejectReason]string{
+	RejectNoQP: "no QP", RejectNoResources: "no resources", RejectTimeout: "timeout",
+	RejectUnsupported: "unsupported request", RejectInvalidCommID: "invalid communication ID",
+	RejectInvalidServiceID: "no listener for the service", RejectInvalidTransport: "invalid transport type",
+	RejectStaleConnection: "stale connection", RejectInvalidMTU: "invalid MTU",
+	RejectConsumer: "rejected by the application", RejectInvalidRNRRetry: "invalid RNR retry count",
+}
+
+func (r RejectReason) String() string {
+	if s, ok := rejectNames[r]; ok {
+		return s
+	}
+	return fmt.Sprintf("reject reason %d", uint16(r))
+}
+
+// Which message a REJ or MRA answers.
+const (
+	msgREQ   = 0
+	msgREP   = 1
+	msgOther = 2
+)
+
+// errMalformed: the MAD is not a CM message we can act on.
+var errMalformed = errors.New("cm: malformed CM message")
+
+// mad is one CM message, decoded. Which fields mean something depends on
+// attr; the rest are zero.
+type mad struct {
+	attr     attrID
+	tid      uint64
+	localID  uint32 // the sender's communication ID
+	remoteID uint32 // the receiver's (zero in a REQ)
+
+	// REQ and REP.
+	serviceID uint64 // REQ
+	guid      uint64
+	qpn       uint32 // the sender's QPN (DREQ: the receiver's)
+	psn       uint32
+	respRes   uint8 // READ/atomic requests the sender answers at once
+	initDepth uint8 // READ/atomic requests the sender issues at once
+	mtu       vroce.MTU
+	retryCnt  uint8 // REQ
+	rnrRetry  uint8
+	ackTO     uint8 // REQ: local ACK timeout
+	srq       bool
+	vflags    uint8 // vRoCE capabilities; zero from other CMs
+
+	// The REQ's rdma_cm header.
+	srcIP, dstIP netip.Addr
+	srcPort      uint16
+
+	// REJ and MRA.
+	reason  RejectReason
+	which   uint8 // the message rejected or acknowledged
+	timeout uint8 // MRA: service timeout, 4.096 us << n
+
+	priv []byte // private data: exact for a vRoCE sender, padded otherwise
+}
+
+// privArea says where a message type's private data lives.
+func privArea(a attrID) (off, n int) {
+	switch a {
+	case attrREQ:
+		return reqPrivOff + cmaHeaderLen, reqPrivLen - cmaHeaderLen
+	case attrREP:
+		return repPrivOff, repPrivLen
+	case attrREJ:
+		return rejPrivOff, rejPrivLen
+	case attrRTU:
+		return rtuPrivOff, rtuPrivLen
+	case attrMRA:
+		return mraPrivOff, mraPrivLen
+	case attrDREQ:
+		return dreqPrivOff, dreqPrivLen
+	case attrDREP:
+		return drepPrivOff, drepPrivLen
+	}
+	return 0, 0
+}
+
+// mtuCode is the IBA encoding of a path MTU: 1 for 256 up to 5 for 4096.
+func mtuCode(m vroce.MTU) uint8 {
+	for c, v := uint8(1), vroce.MTU(256); v <= 4096; c, v = c+1, v*2 {
+		if v == m {
+			return c
+		}
+	}
+	return 0
+}
+
+func mtuFromCode(c uint8) vroce.MTU {
+	if c < 1 || c > 5 {
+		return 0
+	}
+	return vroce.MTU(128) << c
+}
+
+// gid is an address as a RoCEv2 GID: IPv6, or IPv4 mapped into it.
+func gid(a netip.Addr) [16]byte {
+	if !a.IsValid() {
+		return [16]byte{}
+	}
+	return a.As16()
+}
+
+// marshal lays m out in b, a whole MAD; private data must fit its area.
+func (m *mad) marshal(b *[vroce.MADSize]byte) {
+	*b = [vroce.MADSize]byte{}
+	b[0], b[1], b[2], b[3] = 1, mgmtClassCM, cmClassVer, methodSend
+	be := binary.BigEndian
+	be.PutUint64(b[8:], m.tid)
+	be.PutUint16(b[16:], uint16(m.attr))
+	d := b[madHeaderLen:]
+	be.PutUint32(d[0:], m.localID)
+	switch m.attr {
+	case attrREQ:
+		d[4], d[5], d[6], d[7] = vMagic0, vMagic1, vVersion, m.vflags
+		be.PutUint64(d[8:], m.serviceID)
+		be.PutUint64(d[16:], m.guid)
+		be.PutUint32(d[32:], m.qpn<<8|uint32(m.respRes))
+		be.PutUint32(d[36:], uint32(m.initDepth))
+		// Remote CM response timeout 20, transport RC (0), flow control.
+		be.PutUint32(d[40:], 20<<3|1)
+		// Local CM response timeout 20, retry count.
+		be.PutUint32(d[44:], m.psn<<8|20<<3|uint32(m.retryCnt&7))
+		be.PutUint16(d[48:], 0xffff)
+		d[50] = mtuCode(m.mtu)<<4 | m.rnrRetry&7
+		d[51] = 15 << 4 // max CM retries
+		if m.srq {
+			d[51] |= 1 << 3
+		}
+		be.PutUint16(d[52:], 0xffff) // permissive LIDs: RoCE has none
+		be.PutUint16(d[54:], 0xffff)
+		src, dst := gid(m.srcIP), gid(m.dstIP)
+		copy(d[56:72], src[:])
+		copy(d[72:88], dst[:])
+		d[93] = 64                // hop limit
+		d[94] = 1 << 3            // subnet local
+		d[95] = m.ackTO & 31 << 3 // local ACK timeout
+		// rdma_cm's header opens the private data.
+		h := d[reqPrivOff:]
+		h[0] = 0
+		h[1] = 6 << 4
+		if m.srcIP.Is4() {
+			h[1] = 4 << 4
+		}
+		be.PutUint16(h[2:], m.srcPort)
+		copy(h[4:20], src[:])
+		copy(h[20:36], dst[:])
+		if m.srcIP.Is4() { // cma_hdr keeps IPv4 in the last word only
+			clear(h[4:16])
+			clear(h[20:32])
+		}
+	case attrREP:
+		be.PutUint32(d[4:], m.remoteID)
+		be.PutUint32(d[12:], m.qpn<<8|uint32(m.vflags))
+		be.PutUint32(d[20:], m.psn<<8|uint32(mtuCode(m.mtu)))
+		d[24], d[25] = m.respRes, m.initDepth
+		d[26] = 1 // end-to-end flow control
+		d[27] = m.rnrRetry & 7 << 5
+		if m.srq {
+			d[27] |= 1 << 4
+		}
+		be.PutUint64(d[28:], m.guid)
+	case attrREJ:
+		be.PutUint32(d[4:], m.remoteID)
+		d[8] = m.which << 6
+		be.PutUint16(d[10:], uint16(m.reason))
+	case attrMRA:
+		be.PutUint32(d[4:], m.remoteID)
+		d[8] = m.which << 6
+		d[9] = m.timeout & 31 << 3
+	case attrDREQ:
+		be.PutUint32(d[4:], m.remoteID)
+		be.PutUint32(d[8:], m.qpn<<8)
+	case attrRTU, attrDREP:
+		be.PutUint32(d[4:], m.remoteID)
+	}
+	if off, n := privArea(m.attr); n > 0 && len(m.priv) > 0 {
+		copy(d[off:off+n], m.priv)
+	}
+	be.PutUint16(b[6:], privLenPresent|uint16(len(m.priv)))
+}
+
+// parseMAD decodes a CM MAD. It checks what a receiver relies on and
+// nothing it ignores; priv aliases b.
+func parseMAD(b []byte, m *mad) error {
+	if len(b) != vroce.MADSize {
+		return fmt.Errorf("%w: %d bytes", errMalformed, len(b))
+	}
+	if b[0] != 1 || b[1] != mgmtClassCM || b[2] != cmClassVer || b[3] != methodSend {
+		return fmt.Errorf("%w: MAD class %#x version %d method %#x", errMalformed, b[1], b[2], b[3])
+	}
+	be := binary.BigEndian
+	*m = mad{attr: attrID(be.Uint16(b[16:])), tid: be.Uint64(b[8:])}
+	d := b[madHeaderLen:]
+	m.localID = be.Uint32(d[0:])
+	switch m.attr {
+	case attrREQ:
+		if d[4] == vMagic0 && d[5] == vMagic1 && d[6] >= vVersion {
+			m.vflags = d[7] | vFlagPresent
+		}
+		m.serviceID = be.Uint64(d[8:])
+		m.guid = be.Uint64(d[16:])
+		w := be.Uint32(d[32:])
+		m.qpn, m.respRes = w>>8, uint8(w)
+		m.initDepth = d[39]
+		if d[43]>>1&3 != 0 { // transport service type: RC only
+			return fmt.Errorf("%w: REQ for transport type %d", errMalformed, d[43]>>1&3)
+		}
+		w = be.Uint32(d[44:])
+		m.psn, m.retryCnt = w>>8, uint8(w&7)
+		m.mtu = mtuFromCode(d[50] >> 4)
+		m.rnrRetry = d[50] & 7
+		m.srq = d[51]&(1<<3) != 0
+		m.ackTO = d[95] >> 3
+		h := d[reqPrivOff:]
+		m.srcPort = be.Uint16(h[2:])
+		switch h[1] >> 4 {
+		case 4:
+			m.srcIP = netip.AddrFrom4([4]byte(h[16:20]))
+			m.dstIP = netip.AddrFrom4([4]byte(h[32:36]))
+		case 6:
+			m.srcIP = netip.AddrFrom16([16]byte(h[4:20])).Unmap()
+			m.dstIP = netip.AddrFrom16([16]byte(h[20:36])).Unmap()
+		}
+	case attrREP:
+		m.remoteID = be.Uint32(d[4:])
+		w := be.Uint32(d[12:])
+		m.qpn = w >> 8
+		if w&vFlagPresent != 0 {
+			m.vflags = uint8(w)
+		}
+		w = be.Uint32(d[20:])
+		m.psn = w >> 8
+		if m.vflags != 0 {
+			m.mtu = mtuFromCode(uint8(w))
+		}
+		m.respRes, m.initDepth = d[24], d[25]
+		m.rnrRetry = d[27] >> 5
+		m.srq = d[27]&(1<<4) != 0
+		m.guid = be.Uint64(d[28:])
+	case attrREJ:
+		m.remoteID = be.Uint32(d[4:])
+		m.which = d[8] >> 6
+		m.reason = RejectReason(be.Uint16(d[10:]))
+	case attrMRA:
+		m.remoteID = be.Uint32(d[4:])
+		m.which = d[8] >> 6
+		m.timeout = d[9] >> 3
+	case attrDREQ:
+		m.remoteID = be.Uint32(d[4:])
+		m.qpn = be.Uint32(d[8:]) >> 8
+	case attrRTU, attrDREP:
+		m.remoteID = be.Uint32(d[4:])
+	default:
+		return fmt.Errorf("%w: attribute %v", errMalformed, m.attr)
+	}
+	off, n := privArea(m.attr)
+	if l := be.Uint16(b[6:]); l&privLenPresent != 0 {
+		if int(l&^privLenPresent) > n {
+			return fmt.Errorf("%w: %v claims %d bytes of private data, room for %d", errMalformed, m.attr, l&^privLenPresent, n)
+		}
+		n = int(l &^ privLenPresent)
+	}
+	m.priv = d[off : off+n : off+n]
+	return nil
+}

@@ -1,0 +1,448 @@
+package cm
+
+import (
+	"container/heap"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"vroce.dev/vroce"
+)
+
+// DefaultMaxBacklog is max_backlog's default, as in rdma_ucm.
+const DefaultMaxBacklog = 1024
+
+// Config configures a Manager.
+type Config struct {
+	// MaxBacklog caps every listener's queue of connection requests not
+	// yet accepted (rdma_ucm's max_backlog); 0 means 1,024. 65,536 suits
+	// 262,144 QPs connecting at once.
+	MaxBacklog int
+	// ResponseTimeout is how long a REQ, REP or DREQ waits for its answer
+	// before it is sent again; the wait doubles with each try, up to a
+	// second. 0 means 16 ms.
+	ResponseTimeout time.Duration
+	// MaxRetries is how many times a message is sent again before the
+	// peer counts as gone; 0 means 15, as in rdma_cm.
+	MaxRetries int
+	// OnEvent, if set, hears of every step of every connection. It runs
+	// on the goroutine that took the step and must not block.
+	OnEvent func(Event)
+}
+
+// EventType is a step in a connection's life, as rdma_cm reports them.
+type EventType uint8
+
+// Connection events.
+const (
+	EventConnectRequest EventType = iota // a request joined a listener's backlog
+	EventEstablished                     // both ends: the connection is up
+	EventRejected                        // active end: the peer said no
+	EventUnreachable                     // active end: no answer after every retry
+	EventConnectError                    // passive end: the accepted connection never completed
+	EventDisconnected                    // either end: the connection is down
+)
+
+var eventNames = [...]string{"connect request", "established", "rejected", "unreachable", "connect error", "disconnected"}
+
+func (t EventType) String() string {
+	if int(t) < len(eventNames) {
+		return eventNames[t]
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+// Event is one step of one connection.
+type Event struct {
+	Type   EventType
+	ID     *ID
+	Reason RejectReason // EventRejected
+}
+
+// Errors a caller can test with errors.Is.
+var (
+	ErrUnreachable = errors.New("cm: peer unreachable: no answer to the connection request")
+	ErrClosed      = errors.New("cm: connection manager closed")
+	// ErrWithdrawn: the peer gave up on its request before it was
+	// accepted or rejected.
+	ErrWithdrawn = errors.New("cm: the peer withdrew its connection request")
+)
+
+// RejectError is the peer's refusal of a connection. It matches
+// syscall.ECONNREFUSED under errors.Is, as rsocket reports it.
+type RejectError struct {
+	Reason      RejectReason
+	PrivateData []byte
+}
+
+func (e *RejectError) Error() string { return "cm: connection rejected: " + e.Reason.String() }
+
+// Is makes a rejection an ECONNREFUSED.
+func (e *RejectError) Is(target error) bool { return target == syscall.ECONNREFUSED }
+
+// Stats counts a manager's messages and what became of them.
+type Stats struct {
+	Sent, Received MessageCounts
+	Retransmits    uint64 // REQs, REPs and DREQs sent again
+	BacklogDrops   uint64 // requests dropped on a full backlog
+	Malformed      uint64 // MADs that are not CM messages
+	Unexpected     uint64 // messages for no connection, or from the wrong peer, or in the wrong state
+	Connections    int    // IDs alive now
+}
+
+// MessageCounts counts CM messages by type.
+type MessageCounts struct{ REQ, MRA, REJ, REP, RTU, DREQ, DREP uint64 }
+
+// Manager is the connection manager of one device: it owns the device's
+// QP1, listens for services, and connects, accepts, rejects and
+// disconnects RC QPs, with REQ/REP/RTU/REJ/MRA/DREQ/DREP on the wire,
+// retransmitted on loss. One goroutine runs its timers; the device's
+// receive goroutine runs its message handling.
+type Manager struct {
+	dev      *vroce.Device
+	gsi      *vroce.GSI
+	cfg      Config
+	guid     uint64
+	epoch    time.Time
+	wake     chan struct{}
+	done     chan struct{}
+	wg       sync.WaitGroup
+	sent     [7]atomic.Uint64
+	received [7]atomic.Uint64
+	counts   struct{ retransmits, backlogDrops, malformed, unexpected atomic.Uint64 }
+
+	mu        sync.Mutex // guards everything below, and every ID's state
+	closed    bool
+	ids       map[uint32]*ID    // by our communication ID
+	remote    map[remoteKey]*ID // passive IDs by the peer's, to spot repeated REQs
+	listeners map[uint64]*Listener
+	timers    timerHeap
+	// Passive connections recently ended, by the peer's ID, so that a late
+	// copy of their REQ cannot raise them again (the IBA's TimeWait).
+	timeWait      map[remoteKey]int64
+	timeWaitQueue []timeWaitEntry // in expiry order
+}
+
+// timeWaitPeriod outlasts any copy of a REQ still in the network.
+const timeWaitPeriod = 2 * time.Second
+
+type timeWaitEntry struct {
+	key remoteKey
+	at  int64
+}
+
+type remoteKey struct {
+	peer netip.AddrPort
+	id   uint32
+}
+
+// New starts the connection manager of dev, claiming its QP1.
+func New(dev *vroce.Device, cfg Config) (*Manager, error) {
+	if cfg.MaxBacklog < 0 || cfg.ResponseTimeout < 0 || cfg.MaxRetries < 0 {
+		return nil, fmt.Errorf("cm: negative setting in %+v", cfg)
+	}
+	if cfg.MaxBacklog == 0 {
+		cfg.MaxBacklog = DefaultMaxBacklog
+	}
+	if cfg.ResponseTimeout == 0 {
+		cfg.ResponseTimeout = 16 * time.Millisecond
+	}
+	if cfg.MaxRetries == 0 {
+		cfg.MaxRetries = 15
+	}
+	m := &Manager{
+		dev: dev, cfg: cfg, guid: random64(), epoch: time.Now(),
+		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{}, listeners: map[uint64]*Listener{},
+		timeWait: map[remoteKey]int64{},
+	}
+	gsi, err := dev.OpenGSI(m.receive)
+	if err != nil {
+		return nil, fmt.Errorf("cm: %w", err)
+	}
+	m.gsi = gsi
+	m.wg.Add(1)
+	go m.timerLoop()
+	return m, nil
+}
+
+// Stats returns the manager's counters.
+func (m *Manager) Stats() Stats {
+	load := func(c *[7]atomic.Uint64) MessageCounts {
+		return MessageCounts{c[0].Load(), c[1].Load(), c[2].Load(), c[3].Load(), c[4].Load(), c[5].Load(), c[6].Load()}
+	}
+	m.mu.Lock()
+	n := len(m.ids)
+	m.mu.Unlock()
+	return Stats{
+		Sent: load(&m.sent), Received: load(&m.received),
+		Retransmits: m.counts.retransmits.Load(), BacklogDrops: m.counts.backlogDrops.Load(),
+		Malformed: m.counts.malformed.Load(), Unexpected: m.counts.unexpected.Load(),
+		Connections: n,
+	}
+}
+
+// Close disconnects every connection (one DREQ each, their QPs moved to
+// ERR), rejects every request still in a backlog, fails connects in
+// progress with ErrClosed, and releases QP1. QPs stay the caller's.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	var o outbox
+	for _, id := range m.ids {
+		switch id.state {
+		case stEstablished, stRepSent:
+			o.send(id.peer, id.message(attrDREQ))
+			o.fail(id.qp)
+		case stReqRcvd:
+			o.send(id.peer, id.reject(RejectNoResources, msgREQ, nil))
+		case stReqSent, stRepRcvd:
+			id.err = ErrClosed
+			o.wake(id)
+		}
+		id.state = stGone
+	}
+	clear(m.ids)
+	clear(m.remote)
+	for _, l := range m.listeners {
+		l.closed = true
+		l.queue = nil
+		l.signal()
+	}
+	clear(m.listeners)
+	m.mu.Unlock()
+	o.flush(m)
+	close(m.done)
+	m.wg.Wait()
+	return m.gsi.Close()
+}
+
+func (m *Manager) now() int64 { return int64(time.Since(m.epoch)) }
+
+// newCommID returns an unused random communication ID: unguessable, so a
+// stranger cannot aim messages at a connection.
+func (m *Manager) newCommID() uint32 {
+	for {
+		v := uint32(random64())
+		if _, taken := m.ids[v]; v != 0 && !taken {
+			return v
+		}
+	}
+}
+
+func (m *Manager) remove(id *ID) {
+	delete(m.ids, id.local)
+	if !id.active {
+		key := remoteKey{id.peer, id.remote}
+		delete(m.remote, key)
+		at := m.now() + int64(timeWaitPeriod)
+		m.timeWait[key] = at
+		m.timeWaitQueue = append(m.timeWaitQueue, timeWaitEntry{key, at})
+	}
+	if id.listener != nil && id.queued {
+		id.listener.pending--
+		id.queued = false
+	}
+	id.state = stGone
+	id.gen++
+	id.out = nil
+}
+
+// arm schedules id's retransmission for its current try.
+func (m *Manager) arm(id *ID, after time.Duration) {
+	id.gen++
+	at := m.now() + int64(after)
+	if len(m.timers) == 0 || at < m.timers[0].at {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+	heap.Push(&m.timers, timerEntry{at: at, id: id, gen: id.gen})
+}
+
+// backoff is the wait before try n (0-based).
+func (m *Manager) backoff(n uint8) time.Duration {
+	return min(m.cfg.ResponseTimeout<<n, time.Second)
+}
+
+func (m *Manager) timerLoop() {
+	defer m.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		var o outbox
+		m.mu.Lock()
+		now := m.now()
+		for len(m.timers) > 0 && m.timers[0].at <= now {
+			e := heap.Pop(&m.timers).(timerEntry)
+			if e.gen == e.id.gen && e.id.state != stGone {
+				m.expire(e.id, &o)
+			}
+		}
+		for len(m.timeWaitQueue) > 0 && m.timeWaitQueue[0].at <= now {
+			e := m.timeWaitQueue[0]
+			if m.timeWait[e.key] == e.at {
+				delete(m.timeWait, e.key)
+			}
+			m.timeWaitQueue = m.timeWaitQueue[1:]
+		}
+		if len(m.timeWaitQueue) == 0 {
+			m.timeWaitQueue = nil
+		}
+		wait := time.Hour
+		if len(m.timers) > 0 {
+			wait = time.Duration(m.timers[0].at - now)
+		}
+		if len(m.timeWaitQueue) > 0 {
+			wait = min(wait, time.Duration(m.timeWaitQueue[0].at-now))
+		}
+		m.mu.Unlock()
+		o.flush(m)
+		t.Reset(wait)
+		select {
+		case <-t.C:
+		case <-m.wake:
+		case <-m.done:
+			return
+		}
+	}
+}
+
+// expire handles a retransmission deadline that passed unanswered.
+func (m *Manager) expire(id *ID, o *outbox) {
+	if int(id.retries) < m.cfg.MaxRetries && id.out != nil {
+		id.retries++
+		m.counts.retransmits.Add(1)
+		o.sendRaw(id.peer, id.out)
+		m.arm(id, m.backoff(id.retries))
+		return
+	}
+	switch id.state {
+	case stReqSent:
+		m.remove(id)
+		id.err = fmt.Errorf("%w: %v after %d tries", ErrUnreachable, id.peer, id.retries+1)
+		o.wake(id)
+		o.event(Event{Type: EventUnreachable, ID: id})
+	case stRepSent:
+		m.remove(id)
+		o.send(id.peer, id.reject(RejectTimeout, msgREP, nil))
+		o.fail(id.qp)
+		o.event(Event{Type: EventConnectError, ID: id})
+	case stDreqSent:
+		m.remove(id)
+		o.event(Event{Type: EventDisconnected, ID: id})
+	}
+}
+
+// outbox collects what a step must do once the manager's lock is
+// released: sends, QP failures and events.
+type outbox struct {
+	msgs   []outMsg
+	fails  []*vroce.QP
+	events []Event
+	wakes  []chan struct{} // active connects to wake, last: their events come first
+}
+
+type outMsg struct {
+	to netip.AddrPort
+	b  *[vroce.MADSize]byte
+}
+
+func (o *outbox) send(to netip.AddrPort, msg *mad) {
+	b := new([vroce.MADSize]byte)
+	msg.marshal(b)
+	o.sendRaw(to, b)
+}
+
+func (o *outbox) sendRaw(to netip.AddrPort, b *[vroce.MADSize]byte) {
+	o.msgs = append(o.msgs, outMsg{to, b})
+}
+
+func (o *outbox) fail(qp *vroce.QP) {
+	if qp != nil {
+		o.fails = append(o.fails, qp)
+	}
+}
+
+func (o *outbox) event(e Event) { o.events = append(o.events, e) }
+
+// wake takes the channel under the manager's lock: the ID may drop it
+// once awake.
+func (o *outbox) wake(id *ID) {
+	if id.wake != nil {
+		o.wakes = append(o.wakes, id.wake)
+	}
+}
+
+func (o *outbox) flush(m *Manager) {
+	for _, msg := range o.msgs {
+		if a := attrID(binary.BigEndian.Uint16(msg.b[16:])); a >= attrREQ && a <= attrDREP {
+			m.sent[a-attrREQ].Add(1)
+		}
+		m.gsi.Send(msg.to, msg.b[:]) // a lost message is retried or answered again
+	}
+	for _, qp := range o.fails {
+		qp.Modify(&vroce.QPAttr{State: vroce.QPSErr}, vroce.QPAttrState)
+	}
+	if m.cfg.OnEvent != nil {
+		for _, e := range o.events {
+			m.cfg.OnEvent(e)
+		}
+	}
+	for _, c := range o.wakes {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+type timerEntry struct {
+	at  int64
+	id  *ID
+	gen uint32
+}
+
+type timerHeap []timerEntry
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+func random64() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("cm: no system randomness: " + err.Error())
+	}
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// serviceID is the rdma_cm service ID of a port in the TCP port space.
+func serviceID(port uint16) uint64 { return psTCP<<16 | uint64(port) }
+
+// checkContext fails early on a context already done.
+func checkContext(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cm: %w", err)
+	}
+	return nil
+}
