@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test vet fmt-check demo bench fuzz clean
+.PHONY: all build test vet fmt-check demo bench bench-scale fuzz clean
 
 all: build
 
@@ -40,6 +40,11 @@ bench: build
 	$(BIN)/vroce-perf send_bw --loopback -s 64 -n 200000 --compare tcp
 	$(BIN)/vroce-perf send_lat --loopback -s 64 -n 10000 --compare tcp
 	$(BIN)/vroce-perf read_lat --loopback -s 64 -n 10000 --compare tcp
+
+# Connection scale: 262,144 RC QPs by RDMA_CM between two processes, and
+# 10,000 through the default backlog (about a minute).
+bench-scale: build
+	scripts/conn-scale.sh $(BIN)/vroce-perf
 
 # Run every fuzz target for FUZZTIME each.
 fuzz:

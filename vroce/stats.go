@@ -20,11 +20,17 @@ type DeviceStats struct {
 	RxMADs      uint64 // management datagrams handed to the GSI owner
 	TxPackets   uint64 // datagrams sent
 	TxErrors    uint64 // provider send errors
+	// Resources counts the objects alive on the device, as `rdma resource`
+	// does: a leak shows here.
+	Resources Resources
 	// QPs sums the transport counters of the device's QPs (the window and
 	// RTT fields: the largest window, the largest SRTT, the smallest base
 	// RTT).
 	QPs QPStats
 }
+
+// Resources are counts of a device's objects.
+type Resources struct{ PD, CQ, MR, QP, SRQ int }
 
 // Stats returns the device's counters.
 func (d *Device) Stats() DeviceStats {
@@ -35,6 +41,8 @@ func (d *Device) Stats() DeviceStats {
 		TxPackets: s.txPackets.Load(), TxErrors: s.txErrors.Load(),
 	}
 	d.mu.Lock()
+	c := &d.count
+	out.Resources = Resources{PD: c.pd, CQ: c.cq, MR: c.mr, QP: c.qp, SRQ: c.srq}
 	qps := make([]*QP, 0, len(d.qps))
 	for _, qp := range d.qps {
 		qps = append(qps, qp)

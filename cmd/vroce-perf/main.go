@@ -28,32 +28,37 @@ import (
 var tests = map[string]bool{
 	"send_bw": true, "write_bw": true, "read_bw": true,
 	"send_lat": true, "write_lat": true, "read_lat": true, "atomic_lat": true,
+	"conn_rate": true,
 }
 
 // config is a run's parameters; the client sends it to the server.
 type config struct {
-	Test      string
-	Provider  string
-	Size      int
-	Iters     int
-	MTU       int
-	QPs       int
-	TxDepth   int
-	Verify    bool
-	Compare   string
-	Inline    int
-	Loss      float64       `json:"-"`
-	Reorder   float64       `json:"-"`
-	Dup       float64       `json:"-"`
-	Delay     time.Duration `json:"-"`
-	GoBackN   bool          `json:"-"`
-	JSON      bool          `json:"-"`
-	Loopback  bool          `json:"-"`
-	Port      int           `json:"-"`
-	DevAddr   string        `json:"-"`
-	Server    string        `json:"-"`
-	CPUProf   string        `json:"-"`
-	quietProg bool
+	Test     string
+	Provider string
+	Size     int
+	Iters    int
+	MTU      int
+	QPs      int
+	TxDepth  int
+	Verify   bool
+	Compare  string
+	Inline   int
+	// conn_rate
+	Mode        string
+	Backlog     int
+	Concurrency int
+	Loss        float64       `json:"-"`
+	Reorder     float64       `json:"-"`
+	Dup         float64       `json:"-"`
+	Delay       time.Duration `json:"-"`
+	GoBackN     bool          `json:"-"`
+	JSON        bool          `json:"-"`
+	Loopback    bool          `json:"-"`
+	Port        int           `json:"-"`
+	DevAddr     string        `json:"-"`
+	Server      string        `json:"-"`
+	CPUProf     string        `json:"-"`
+	quietProg   bool
 }
 
 func (c *config) isLat() bool { return strings.HasSuffix(c.Test, "_lat") }
@@ -62,8 +67,9 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, `usage: vroce-perf TEST [flags] [SERVER]
 
 TEST is one of send_bw, write_bw, read_bw, send_lat, write_lat, read_lat,
-atomic_lat. Without SERVER the command waits for a client; with it, it
-connects; with --loopback both ends run in this process.
+atomic_lat, or conn_rate (connections per second and memory per idle QP).
+Without SERVER the command waits for a client; with it, it connects; with
+--loopback both ends run in this process.
 
 flags:
 `)
@@ -130,7 +136,10 @@ func defineFlags(c *config) {
 	fs.IntVar(&c.Iters, "n", 0, "iterations (default 5000 for _bw, 1000 for _lat)")
 	fs.IntVar(&c.Iters, "iters", 0, "same as -n")
 	fs.IntVar(&c.MTU, "mtu", 0, "path MTU: 256, 512, 1024, 2048 or 4096 (default: the largest the link carries)")
-	fs.IntVar(&c.QPs, "qps", 1, "queue pairs (bandwidth tests spread iterations across them)")
+	fs.IntVar(&c.QPs, "qps", 1, "queue pairs (bandwidth tests spread iterations across them; conn_rate connects this many)")
+	fs.StringVar(&c.Mode, "mode", "cm", "conn_rate: how QPs connect: cm (RDMA_CM) or socket (a TCP exchange each)")
+	fs.IntVar(&c.Backlog, "backlog", 0, "conn_rate --mode cm: the server's listen backlog and max_backlog (default 1024)")
+	fs.IntVar(&c.Concurrency, "concurrency", 0, "conn_rate: connects in flight at once (default min(qps, 4096))")
 	fs.IntVar(&c.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests)")
 	fs.BoolVar(&c.Verify, "verify", false, "check every byte that arrives")
 	fs.StringVar(&c.Compare, "compare", "", "run the same workload over another transport too: tcp")
@@ -176,8 +185,16 @@ func (c *config) finish() error {
 		return fmt.Errorf("size %d out of range 1-1 GiB", c.Size)
 	case c.Iters < 1:
 		return fmt.Errorf("iterations %d must be positive", c.Iters)
-	case c.QPs < 1 || c.QPs > 1024:
+	case c.Test == "conn_rate" && (c.QPs < 1 || c.QPs > 1<<23):
+		return fmt.Errorf("qps %d out of range 1-%d", c.QPs, 1<<23)
+	case c.Test != "conn_rate" && (c.QPs < 1 || c.QPs > 1024):
 		return fmt.Errorf("qps %d out of range 1-1024", c.QPs)
+	case c.Test == "conn_rate" && c.Mode != "cm" && c.Mode != "socket":
+		return fmt.Errorf("--mode %q: cm or socket", c.Mode)
+	case c.Backlog < 0 || c.Backlog > 1<<20 || c.Concurrency < 0:
+		return fmt.Errorf("--backlog is 0-%d and --concurrency is not negative", 1<<20)
+	case c.Test == "conn_rate" && c.Compare != "":
+		return fmt.Errorf("conn_rate has no --compare")
 	case c.TxDepth < 1 || c.TxDepth > vroce.SpecMaxQPWR-8:
 		return fmt.Errorf("tx-depth %d out of range 1-%d", c.TxDepth, vroce.SpecMaxQPWR-8)
 	case c.MTU != 0 && !vroce.MTU(c.MTU).Valid():
@@ -193,6 +210,14 @@ func (c *config) finish() error {
 	}
 	if c.isLat() {
 		c.QPs = 1
+	}
+	if c.Test == "conn_rate" {
+		if c.Backlog == 0 {
+			c.Backlog = 1024
+		}
+		if c.Concurrency == 0 {
+			c.Concurrency = min(c.QPs, 4096)
+		}
 	}
 	c.Inline = 0
 	if c.Size <= 256 && (c.Test == "send_lat" || c.Test == "write_lat") {

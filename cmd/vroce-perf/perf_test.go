@@ -14,6 +14,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestEveryTestRunsVerifiedInLoopback(t *testing.T) {
 	for _, provider := range []string{"sim", "udp"} {
 		for test := range tests {
+			if test == "conn_rate" {
+				continue // TestConnRate
+			}
 			t.Run(provider+"/"+test, func(t *testing.T) {
 				cfg := &config{Test: test, Provider: provider, Iters: 64, QPs: 2, TxDepth: 16, Verify: true, Loopback: true, Compare: "tcp", quietProg: true}
 				if !cfg.isLat() {
@@ -66,6 +69,9 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{Test: "write_bw", QPs: 0},
 		{Test: "write_bw", QPs: 1, TxDepth: 1, MTU: 1500},
 		{Test: "write_bw", QPs: 1, TxDepth: 1, Compare: "quic"},
+		{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "rdma"},
+		{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "cm", Compare: "tcp"},
+		{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "cm", Backlog: -1},
 	} {
 		if err := c.finish(); err == nil {
 			t.Errorf("%+v accepted", c)
@@ -131,5 +137,77 @@ func TestClientAndServerMeetOverTCP(t *testing.T) {
 	}
 	if len(s.results) != 1 || s.results[0].BWAvg != results[0].BWAvg {
 		t.Fatalf("the server reports %+v, the client %+v", s.results, results[0])
+	}
+}
+
+// TestConnRate runs conn_rate both ways: in one process for each mode,
+// and as client and server meeting over TCP, as on two machines. Every QP
+// must connect, through a backlog smaller than the connects in flight.
+func TestConnRate(t *testing.T) {
+	for _, mode := range []string{"cm", "socket"} {
+		t.Run(mode+"/loopback", func(t *testing.T) {
+			cfg := &config{Test: "conn_rate", Provider: "udp", Mode: mode, TxDepth: 1, QPs: 1500, Backlog: 32, Concurrency: 256, Loopback: true, quietProg: true}
+			if err := cfg.finish(); err != nil {
+				t.Fatal(err)
+			}
+			results, err := run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkConnRate(t, results, cfg)
+		})
+	}
+	t.Run("cm/client-server", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		port := ln.Addr().(*net.TCPAddr).Port
+		srv := &config{Test: "conn_rate", Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, QPs: 1, TxDepth: 1, Mode: "cm", Backlog: 16}
+		cli := &config{Test: "conn_rate", Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, Server: "127.0.0.1", QPs: 500, TxDepth: 1, Mode: "cm", quietProg: true}
+		for _, c := range []*config{srv, cli} {
+			if err := c.finish(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		served := make(chan error, 1)
+		go func() {
+			_, err := serveOne(srv, ln)
+			served <- err
+		}()
+		results, err := run(cli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-served; err != nil {
+			t.Fatalf("server: %v", err)
+		}
+		checkConnRate(t, results, cli)
+		if results[0].ServerBytesPerQP <= 0 {
+			t.Fatalf("no server measurement: %+v", results[0])
+		}
+	})
+}
+
+func checkConnRate(t *testing.T, results []*result, cfg *config) {
+	t.Helper()
+	if len(results) != 1 {
+		t.Fatalf("%d results", len(results))
+	}
+	r := results[0]
+	if r.Established != cfg.QPs || r.QPs != cfg.QPs || r.ConnsPerSec <= 0 || r.BytesPerQP <= 0 || r.Mode != cfg.Mode {
+		t.Fatalf("result %+v", r)
+	}
+	var out bytes.Buffer
+	r.print(&out, true)
+	var m map[string]any
+	if err := json.Unmarshal(out.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"qps", "established", "seconds", "conns_per_sec", "bytes_per_qp"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON lacks %q: %s", k, out.String())
+		}
 	}
 }

@@ -38,6 +38,17 @@ type result struct {
 	Spurious        uint64  `json:"spurious_timeouts"`
 	CWnd            int     `json:"cwnd_packets"`
 	SRTT            float64 `json:"srtt_us"`
+	// conn_rate: memory per QP is the growth of the live Go heap and of
+	// the resident set over the run, per connected QP, on each end.
+	Mode             string  `json:"mode,omitempty"`
+	Backlog          int     `json:"backlog,omitempty"`
+	Established      int     `json:"established"`
+	ConnsPerSec      float64 `json:"conns_per_sec"`
+	BytesPerQP       float64 `json:"bytes_per_qp"`
+	RSSPerQP         float64 `json:"rss_per_qp"`
+	ServerBytesPerQP float64 `json:"server_bytes_per_qp"`
+	ServerRSSPerQP   float64 `json:"server_rss_per_qp"`
+	CMRetransmits    uint64  `json:"cm_retransmits"`
 }
 
 func (r *result) print(w io.Writer, asJSON bool) {
@@ -47,6 +58,20 @@ func (r *result) print(w io.Writer, asJSON bool) {
 		return
 	}
 	fmt.Fprintf(w, "---------------------------------------------------------------------------------------\n")
+	if r.Test == "conn_rate" {
+		if r.Mode == "cm" {
+			fmt.Fprintf(w, " conn_rate over %s, RDMA_CM, backlog %d\n", r.Provider, r.Backlog)
+		} else {
+			fmt.Fprintf(w, " conn_rate over %s, SOCKET (a TCP connection per QP)\n", r.Provider)
+		}
+		fmt.Fprintf(w, " #qps       established  seconds    conns/sec   heap B/QP client/server   RSS B/QP client/server\n")
+		fmt.Fprintf(w, " %-10d %-12d %-10.2f %-11.0f %-8.0f / %-16.0f %-8.0f / %.0f\n", r.QPs, r.Established, r.Seconds,
+			r.ConnsPerSec, r.BytesPerQP, r.ServerBytesPerQP, r.RSSPerQP, r.ServerRSSPerQP)
+		if r.Mode == "cm" {
+			fmt.Fprintf(w, " CM messages repeated: %d\n", r.CMRetransmits)
+		}
+		return
+	}
 	fmt.Fprintf(w, " %s over %s, %d QP(s), MTU %d, verified: %v\n", r.Test, r.Provider, r.QPs, r.MTU, r.Verified)
 	if r.Test == "" || r.isLat() {
 		fmt.Fprintf(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec]\n")

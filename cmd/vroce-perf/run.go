@@ -137,6 +137,9 @@ func controlIP(c net.Conn) netip.Addr {
 // drive is the client: it sets up, tells the server, runs the test and
 // the comparison, and returns the results.
 func drive(cfg *config, c *control, network *sim.Network) ([]*result, error) {
+	if cfg.Test == "conn_rate" {
+		return driveConnRate(cfg, c, network)
+	}
 	s, err := newSide(cfg, cfg.devConfig("client", network))
 	if err != nil {
 		return nil, err
@@ -207,6 +210,12 @@ func serve(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 	run := h.Config
 	run.JSON, run.Loopback, run.DevAddr, run.quietProg = cfg.JSON, cfg.Loopback, cfg.DevAddr, true
 	run.Provider = cfg.Provider
+	if run.Test != cfg.Test {
+		return nil, fmt.Errorf("client runs %s, this server %s", run.Test, cfg.Test)
+	}
+	if run.Test == "conn_rate" {
+		return nil, serveConnRate(cfg, c, network, &run)
+	}
 	s, err := newSide(&run, run.devConfig("server", network))
 	if err != nil {
 		c.send(done{Error: err.Error()})

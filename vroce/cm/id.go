@@ -37,7 +37,9 @@ type ID struct {
 	active   bool
 	queued   bool // counted in listener's backlog
 	retries  uint8
-	gen      uint32               // the current timer; older heap entries are stale
+	sentAt   int64                // when the exchange's first message went out
+	deadline int64                // of the retransmission timer
+	hidx     int32                // place in the timer heap, one-based; 0: none
 	out      *[vroce.MADSize]byte // the message retransmitted until answered
 	wake     chan struct{}        // active: REP, REJ or failure arrived
 	err      error                // active: why the connect failed
@@ -98,12 +100,10 @@ func (id *ID) Disconnect() error {
 	switch id.state {
 	case stEstablished, stRepSent:
 		id.state = stDreqSent
-		id.retries = 0
 		id.out = new([vroce.MADSize]byte)
 		id.message(attrDREQ).marshal(id.out)
-		o.sendRaw(id.peer, id.out)
 		o.fail(id.qp)
-		m.arm(id, m.backoff(0))
+		m.start(id, &o)
 	case stDreqSent, stGone:
 	default:
 		m.mu.Unlock()
@@ -162,10 +162,9 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 	id.out = new([vroce.MADSize]byte)
 	req.marshal(id.out)
 	m.ids[id.local] = id
-	m.arm(id, m.backoff(0))
-	m.mu.Unlock()
 	var o outbox
-	o.sendRaw(to, id.out)
+	m.start(id, &o)
+	m.mu.Unlock()
 	o.flush(m)
 
 	select {
@@ -400,8 +399,7 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 		}
 		id.out = new([vroce.MADSize]byte)
 		rep.marshal(id.out)
-		o.sendRaw(id.peer, id.out)
-		m.arm(id, m.backoff(0))
+		m.start(id, &o)
 	}
 	m.mu.Unlock()
 	o.flush(m)

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -25,9 +26,10 @@ type Config struct {
 	// yet accepted (rdma_ucm's max_backlog); 0 means 1,024. 65,536 suits
 	// 262,144 QPs connecting at once.
 	MaxBacklog int
-	// ResponseTimeout is how long a REQ, REP or DREQ waits for its answer
-	// before it is sent again; the wait doubles with each try, up to a
-	// second. 0 means 16 ms.
+	// ResponseTimeout is the least a REQ, REP or DREQ waits for its answer
+	// before it is sent again; the wait grows with the answer times seen,
+	// and doubles with each try, up to two seconds. 0 means 100 ms (TCP
+	// waits a second for a SYN, rdma_cm four).
 	ResponseTimeout time.Duration
 	// MaxRetries is how many times a message is sent again before the
 	// peer counts as gone; 0 means 15, as in rdma_cm.
@@ -124,6 +126,8 @@ type Manager struct {
 	remote    map[remoteKey]*ID // passive IDs by the peer's, to spot repeated REQs
 	listeners map[uint64]*Listener
 	timers    timerHeap
+	srtt      time.Duration // smoothed time to an answer; 0 before the first
+	rttvar    time.Duration
 	// Passive connections recently ended, by the peer's ID, so that a late
 	// copy of their REQ cannot raise them again (the IBA's TimeWait).
 	timeWait      map[remoteKey]int64
@@ -152,7 +156,7 @@ func New(dev *vroce.Device, cfg Config) (*Manager, error) {
 		cfg.MaxBacklog = DefaultMaxBacklog
 	}
 	if cfg.ResponseTimeout == 0 {
-		cfg.ResponseTimeout = 16 * time.Millisecond
+		cfg.ResponseTimeout = 100 * time.Millisecond
 	}
 	if cfg.MaxRetries == 0 {
 		cfg.MaxRetries = 15
@@ -255,26 +259,74 @@ func (m *Manager) remove(id *ID) {
 		id.queued = false
 	}
 	id.state = stGone
-	id.gen++
+	m.stopTimer(id)
 	id.out = nil
 }
 
 // arm schedules id's retransmission for its current try.
 func (m *Manager) arm(id *ID, after time.Duration) {
-	id.gen++
 	at := m.now() + int64(after)
-	if len(m.timers) == 0 || at < m.timers[0].at {
+	if len(m.timers) == 0 || at < m.timers[0].deadline {
 		select {
 		case m.wake <- struct{}{}:
 		default:
 		}
 	}
-	heap.Push(&m.timers, timerEntry{at: at, id: id, gen: id.gen})
+	id.deadline = at
+	if id.hidx > 0 {
+		heap.Fix(&m.timers, int(id.hidx-1))
+	} else {
+		heap.Push(&m.timers, id)
+	}
 }
 
-// backoff is the wait before try n (0-based).
+// stopTimer cancels id's retransmission: the heap holds only live timers,
+// so an ended connection is not kept alive by one.
+func (m *Manager) stopTimer(id *ID) {
+	if id.hidx > 0 {
+		heap.Remove(&m.timers, int(id.hidx-1))
+	}
+}
+
+// maxResponseWait caps the wait for an answer, however slow the peer.
+const maxResponseWait = 2 * time.Second
+
+// backoff is the wait before try n (0-based): the response timeout
+// learnt from answers so far, doubled per try, and spread by a quarter
+// either way, so that requests dropped together by a full backlog do not
+// all come back together and meet it full again.
 func (m *Manager) backoff(n uint8) time.Duration {
-	return min(m.cfg.ResponseTimeout<<n, time.Second)
+	rto := m.cfg.ResponseTimeout
+	if m.srtt > 0 {
+		rto = min(max(rto, m.srtt+4*m.rttvar), maxResponseWait)
+	}
+	wait := min(rto<<n, maxResponseWait)
+	return wait*3/4 + mrand.N(wait/2+1)
+}
+
+// start sends the opening message of an exchange (REQ, REP or DREQ) and
+// arms its retransmission.
+func (m *Manager) start(id *ID, o *outbox) {
+	id.retries = 0
+	id.sentAt = m.now()
+	o.sendRaw(id.peer, id.out)
+	m.arm(id, m.backoff(0))
+}
+
+// answered learns from an exchange's answer how long the peer takes to
+// respond: the network, and the peer's backlog and load. As in TCP (Karn),
+// only an exchange sent once says which copy was answered.
+func (m *Manager) answered(id *ID) {
+	if id.retries != 0 {
+		return
+	}
+	rtt := time.Duration(m.now() - id.sentAt)
+	if m.srtt == 0 {
+		m.srtt, m.rttvar = rtt, rtt/2
+		return
+	}
+	m.rttvar = (3*m.rttvar + (m.srtt - rtt).Abs()) / 4
+	m.srtt = (7*m.srtt + rtt) / 8
 }
 
 func (m *Manager) timerLoop() {
@@ -285,11 +337,8 @@ func (m *Manager) timerLoop() {
 		var o outbox
 		m.mu.Lock()
 		now := m.now()
-		for len(m.timers) > 0 && m.timers[0].at <= now {
-			e := heap.Pop(&m.timers).(timerEntry)
-			if e.gen == e.id.gen && e.id.state != stGone {
-				m.expire(e.id, &o)
-			}
+		for len(m.timers) > 0 && m.timers[0].deadline <= now {
+			m.expire(heap.Pop(&m.timers).(*ID), &o)
 		}
 		for len(m.timeWaitQueue) > 0 && m.timeWaitQueue[0].at <= now {
 			e := m.timeWaitQueue[0]
@@ -303,7 +352,7 @@ func (m *Manager) timerLoop() {
 		}
 		wait := time.Hour
 		if len(m.timers) > 0 {
-			wait = time.Duration(m.timers[0].at - now)
+			wait = time.Duration(m.timers[0].deadline - now)
 		}
 		if len(m.timeWaitQueue) > 0 {
 			wait = min(wait, time.Duration(m.timeWaitQueue[0].at-now))
@@ -409,23 +458,31 @@ func (o *outbox) flush(m *Manager) {
 	}
 }
 
-type timerEntry struct {
-	at  int64
-	id  *ID
-	gen uint32
-}
-
-type timerHeap []timerEntry
+// timerHeap orders the IDs waiting for an answer by deadline; each knows
+// its place (hidx, one-based) so that an answer removes it at once.
+type timerHeap []*ID
 
 func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
+func (h timerHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = int32(i+1), int32(j+1)
+}
+func (h *timerHeap) Push(x any) {
+	id := x.(*ID)
+	id.hidx = int32(len(*h) + 1)
+	*h = append(*h, id)
+}
 func (h *timerHeap) Pop() any {
 	old := *h
-	e := old[len(old)-1]
+	id := old[len(old)-1]
+	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	return e
+	id.hidx = 0
+	if len(*h) == 0 {
+		*h = nil // let a burst's array go
+	}
+	return id
 }
 
 func random64() uint64 {

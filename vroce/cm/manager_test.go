@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -23,6 +24,9 @@ type cmEnd struct {
 	m   *Manager
 	pd  *vroce.PD
 	cq  *vroce.CQ
+
+	mu  sync.Mutex
+	qps []*vroce.QP // every QP newQP made
 }
 
 var cmPort atomic.Uint32
@@ -66,6 +70,9 @@ func (e *cmEnd) newQP(t testing.TB) *vroce.QP {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.mu.Lock()
+	e.qps = append(e.qps, qp)
+	e.mu.Unlock()
 	return qp
 }
 
@@ -649,4 +656,96 @@ func (fz *fuzzPair) check(t *testing.T) {
 			t.Fatalf("a live connection moved to state %d", st)
 		}
 	}
+}
+
+// TestRDMACMThousandsThroughASmallBacklog is the short version of the
+// scale run (vroce-perf conn_rate): thousands of QPs connect over UDP on
+// loopback through a backlog far smaller than the connects in flight;
+// every one is established; then every one disconnects and is destroyed,
+// and nothing is left: no ID, no QP. A second round must not grow the
+// heap past the first (tables keep their high-water capacity, as Go maps
+// do, but nothing accumulates).
+func TestRDMACMThousandsThroughASmallBacklog(t *testing.T) {
+	const n = 3000
+	a := openEnd(t, vroce.Config{Provider: "udp", Addr: "127.0.0.1:0"}, Config{})
+	b := openEnd(t, vroce.Config{Provider: "udp", Addr: "127.0.0.1:0"}, Config{MaxBacklog: 64})
+	l, _ := b.m.Listen(0, 0)
+	var after [2]int64
+	for round := range after {
+		connectAndClose(t, a, b, l, n)
+		after[round] = liveHeap()
+	}
+	if grown := after[1] - after[0]; grown > 64*n {
+		t.Fatalf("the second round grew the heap %d bytes (%d per connection)", grown, grown/n)
+	}
+	if b.m.Stats().BacklogDrops == 0 {
+		t.Log("the backlog never overflowed on this run")
+	}
+}
+
+// connectAndClose connects n QPs from a to b with 512 connects in flight,
+// checks all are up, disconnects them all and destroys their QPs.
+func connectAndClose(t *testing.T, a, b *cmEnd, l *Listener, n int) {
+	ctx, stop := context.WithCancel(context.Background())
+	served := serve(ctx, t, b, l, Params{})
+	ids := make(chan *ID, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	connectCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for range 512 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				id, err := a.m.Connect(connectCtx, a.newQP(t), b.dev.LocalAddr(), Params{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids <- id
+			}
+		})
+	}
+	wg.Wait()
+	close(ids)
+	waitFor(t, "every RTU", func() bool { return countEstablished(b.m) == n })
+	stop()
+	if accepted := len(<-served); len(ids) != n || accepted != n {
+		t.Fatalf("%d connected, %d accepted, want %d", len(ids), accepted, n)
+	}
+	if got := a.dev.Stats().Resources.QP + b.dev.Stats().Resources.QP; got != 2*n {
+		t.Fatalf("%d QPs alive, want %d", got, 2*n)
+	}
+	for id := range ids {
+		id.Disconnect()
+	}
+	waitFor(t, "every connection to go", func() bool { return a.m.Stats().Connections == 0 && b.m.Stats().Connections == 0 })
+	for _, e := range []*cmEnd{a, b} {
+		for _, qp := range destroyable(e) {
+			if err := qp.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := e.dev.Stats().Resources; r.QP != 0 {
+			t.Fatalf("%d QPs left", r.QP)
+		}
+		if err := e.m.checkInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// destroyable lists the QPs an end created, for the test to destroy.
+func destroyable(e *cmEnd) []*vroce.QP {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	qps := e.qps
+	e.qps = nil
+	return qps
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
 }

@@ -176,8 +176,9 @@ func (m *Manager) onREP(from netip.AddrPort, msg *mad, o *outbox) bool {
 		id.peerInfo = peerInfo{qpn: msg.qpn, psn: msg.psn, mtu: mtu, respRes: msg.respRes, initDepth: msg.initDepth, vflags: msg.vflags}
 		id.priv = bytes.Clone(msg.priv)
 		id.state = stRepRcvd
+		m.answered(id)
 		id.out = nil
-		id.gen++ // stop retransmitting the REQ
+		m.stopTimer(id)
 		o.wake(id)
 		return true
 	case stEstablished:
@@ -195,8 +196,9 @@ func (m *Manager) onRTU(from netip.AddrPort, msg *mad, o *outbox) bool {
 		return false
 	}
 	id.state = stEstablished
+	m.answered(id)
 	id.out = nil
-	id.gen++
+	m.stopTimer(id)
 	o.event(Event{Type: EventEstablished, ID: id})
 	return true
 }
@@ -226,6 +228,7 @@ func (m *Manager) onDREP(from netip.AddrPort, msg *mad, o *outbox) bool {
 	if id == nil || id.state != stDreqSent {
 		return false
 	}
+	m.answered(id)
 	m.remove(id)
 	o.event(Event{Type: EventDisconnected, ID: id})
 	return true
