@@ -77,6 +77,9 @@ func (id *ID) Established() bool {
 // message builds one of the messages that need only the two IDs.
 func (id *ID) message(a attrID) *mad {
 	msg := &mad{attr: a, tid: id.tid, localID: id.local, remoteID: id.remote}
+	// An active end knows a vRoCE peer from its REP, a passive one from
+	// the REQ; before either, assume one.
+	msg.plain = id.peerInfo.vflags&vFlagPresent == 0 && (id.state != stReqSent || !id.active)
 	if a == attrDREQ {
 		msg.qpn = id.peerQPN
 	}
@@ -396,6 +399,8 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 			mtu: mtu, respRes: p.rdAtomic(), initDepth: p.rdAtomic(), rnrRetry: or(p.RNRRetry, 7), guid: m.guid, priv: p.PrivateData}
 		if info.vflags&vFlagPresent != 0 {
 			rep.vflags = vFlagPresent | vflags
+		} else {
+			rep.plain = true
 		}
 		id.out = new([vroce.MADSize]byte)
 		rep.marshal(id.out)

@@ -160,6 +160,8 @@ type mad struct {
 	timeout uint8 // MRA: service timeout, 4.096 us << n
 
 	priv []byte // private data: exact for a vRoCE sender, padded otherwise
+	// plain: the receiver is not vRoCE; leave every reserved field zero.
+	plain bool
 }
 
 // privArea says where a message type's private data lives.
@@ -284,7 +286,9 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 	if off, n := privArea(m.attr); n > 0 && len(m.priv) > 0 {
 		copy(d[off:off+n], m.priv)
 	}
-	be.PutUint16(b[6:], privLenPresent|uint16(len(m.priv)))
+	if !m.plain {
+		be.PutUint16(b[6:], privLenPresent|uint16(len(m.priv)))
+	}
 }
 
 // parseMAD decodes a CM MAD. It checks what a receiver relies on and

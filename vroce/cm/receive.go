@@ -61,7 +61,7 @@ func (m *Manager) lookup(from netip.AddrPort, msg *mad) *ID {
 
 func (m *Manager) onREQ(from netip.AddrPort, msg *mad, o *outbox) bool {
 	answer := func(reason RejectReason) bool {
-		o.send(from, &mad{attr: attrREJ, tid: msg.tid, remoteID: msg.localID, which: msgREQ, reason: reason})
+		o.send(from, &mad{attr: attrREJ, tid: msg.tid, remoteID: msg.localID, which: msgREQ, reason: reason, plain: msg.vflags == 0})
 		return false
 	}
 	if id := m.remote[remoteKey{from, msg.localID}]; id != nil {
