@@ -37,6 +37,8 @@ const (
 	mraPrivOff, mraPrivLen   = 10, 222
 	dreqPrivOff, dreqPrivLen = 12, 220
 	drepPrivOff, drepPrivLen = 8, 224
+	sidrReqPrivOff, sidrReqPrivLen = 16, 216
+	sidrRepPrivOff, sidrRepPrivLen = 96, 136
 
 	// rdma_cm's header at the start of a REQ's private data (struct
 	// cma_hdr): version, IP version, source port, source and destination
@@ -74,9 +76,21 @@ const (
 	attrRTU  attrID = 0x14
 	attrDREQ attrID = 0x15
 	attrDREP attrID = 0x16
+	// Service ID resolution: vRoCE answers it for every service that
+	// listens, which is how a dialer learns, before it sends a byte over
+	// TCP, that a vRoCE service is behind host:port.
+	attrSIDRReq attrID = 0x17
+	attrSIDRRep attrID = 0x18
 )
 
-var attrNames = map[attrID]string{attrREQ: "REQ", attrMRA: "MRA", attrREJ: "REJ", attrREP: "REP", attrRTU: "RTU", attrDREQ: "DREQ", attrDREP: "DREP"}
+// SIDR_REP statuses (IBA table 119).
+const (
+	sidrValid       = 0
+	sidrUnsupported = 1 // no such service
+)
+
+var attrNames = map[attrID]string{attrREQ: "REQ", attrMRA: "MRA", attrREJ: "REJ", attrREP: "REP", attrRTU: "RTU", attrDREQ: "DREQ", attrDREP: "DREP",
+	attrSIDRReq: "SIDR_REQ", attrSIDRRep: "SIDR_REP"}
 
 func (a attrID) String() string {
 	if s, ok := attrNames[a]; ok {
@@ -154,6 +168,10 @@ type mad struct {
 	srcIP, dstIP netip.Addr
 	srcPort      uint16
 
+	// SIDR_REP.
+	status uint8
+	qkey   uint32
+
 	// REJ and MRA.
 	reason  RejectReason
 	which   uint8 // the message rejected or acknowledged
@@ -181,6 +199,10 @@ func privArea(a attrID) (off, n int) {
 		return dreqPrivOff, dreqPrivLen
 	case attrDREP:
 		return drepPrivOff, drepPrivLen
+	case attrSIDRReq:
+		return sidrReqPrivOff, sidrReqPrivLen
+	case attrSIDRRep:
+		return sidrRepPrivOff, sidrRepPrivLen
 	}
 	return 0, 0
 }
@@ -282,6 +304,14 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 		be.PutUint32(d[8:], m.qpn<<8)
 	case attrRTU, attrDREP:
 		be.PutUint32(d[4:], m.remoteID)
+	case attrSIDRReq:
+		be.PutUint16(d[4:], 0xffff)
+		be.PutUint64(d[8:], m.serviceID)
+	case attrSIDRRep:
+		d[4] = m.status
+		be.PutUint32(d[8:], m.qpn<<8)
+		be.PutUint64(d[12:], m.serviceID)
+		be.PutUint32(d[20:], m.qkey)
 	}
 	if off, n := privArea(m.attr); n > 0 && len(m.priv) > 0 {
 		copy(d[off:off+n], m.priv)
@@ -362,6 +392,13 @@ func parseMAD(b []byte, m *mad) error {
 		m.qpn = be.Uint32(d[8:]) >> 8
 	case attrRTU, attrDREP:
 		m.remoteID = be.Uint32(d[4:])
+	case attrSIDRReq:
+		m.serviceID = be.Uint64(d[8:])
+	case attrSIDRRep:
+		m.status = d[4]
+		m.qpn = be.Uint32(d[8:]) >> 8
+		m.serviceID = be.Uint64(d[12:])
+		m.qkey = be.Uint32(d[20:])
 	default:
 		return fmt.Errorf("%w: attribute %v", errMalformed, m.attr)
 	}

@@ -100,7 +100,7 @@ type Stats struct {
 }
 
 // MessageCounts counts CM messages by type.
-type MessageCounts struct{ REQ, MRA, REJ, REP, RTU, DREQ, DREP uint64 }
+type MessageCounts struct{ REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDRReq, SIDRRep uint64 }
 
 // Manager is the connection manager of one device: it owns the device's
 // QP1, listens for services, and connects, accepts, rejects and
@@ -116,8 +116,8 @@ type Manager struct {
 	wake     chan struct{}
 	done     chan struct{}
 	wg       sync.WaitGroup
-	sent     [7]atomic.Uint64
-	received [7]atomic.Uint64
+	sent     [9]atomic.Uint64
+	received [9]atomic.Uint64
 	counts   struct{ retransmits, backlogDrops, malformed, unexpected atomic.Uint64 }
 
 	mu        sync.Mutex // guards everything below, and every ID's state
@@ -179,8 +179,8 @@ func New(dev *vroce.Device, cfg Config) (*Manager, error) {
 
 // Stats returns the manager's counters.
 func (m *Manager) Stats() Stats {
-	load := func(c *[7]atomic.Uint64) MessageCounts {
-		return MessageCounts{c[0].Load(), c[1].Load(), c[2].Load(), c[3].Load(), c[4].Load(), c[5].Load(), c[6].Load()}
+	load := func(c *[9]atomic.Uint64) MessageCounts {
+		return MessageCounts{c[0].Load(), c[1].Load(), c[2].Load(), c[3].Load(), c[4].Load(), c[5].Load(), c[6].Load(), c[7].Load(), c[8].Load()}
 	}
 	m.mu.Lock()
 	n := len(m.ids)
@@ -437,7 +437,7 @@ func (o *outbox) wake(id *ID) {
 
 func (o *outbox) flush(m *Manager) {
 	for _, msg := range o.msgs {
-		if a := attrID(binary.BigEndian.Uint16(msg.b[16:])); a >= attrREQ && a <= attrDREP {
+		if a := attrID(binary.BigEndian.Uint16(msg.b[16:])); a >= attrREQ && a <= attrSIDRRep {
 			m.sent[a-attrREQ].Add(1)
 		}
 		m.gsi.Send(msg.to, msg.b[:]) // a lost message is retried or answered again

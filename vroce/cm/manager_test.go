@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -501,6 +502,8 @@ func TestParseMADRoundTrip(t *testing.T) {
 		{attr: attrRTU, localID: 2, remoteID: 4},
 		{attr: attrDREQ, localID: 2, remoteID: 4, qpn: 0x10},
 		{attr: attrDREP, localID: 4, remoteID: 2},
+		{attr: attrSIDRReq, localID: 9, serviceID: serviceID(80)},
+		{attr: attrSIDRRep, localID: 9, serviceID: serviceID(80), status: sidrUnsupported, qpn: 1, qkey: vroce.GSIQKey, priv: vroceMark[:]},
 	}
 	for _, want := range msgs {
 		var b [vroce.MADSize]byte
@@ -542,7 +545,7 @@ func TestParseMADReadsLinuxLayout(t *testing.T) {
 }
 
 func FuzzParseMAD(f *testing.F) {
-	for _, a := range []attrID{attrREQ, attrMRA, attrREJ, attrREP, attrRTU, attrDREQ, attrDREP} {
+	for _, a := range []attrID{attrREQ, attrMRA, attrREJ, attrREP, attrRTU, attrDREQ, attrDREP, attrSIDRReq, attrSIDRRep} {
 		var b [vroce.MADSize]byte
 		(&mad{attr: a, localID: 1, remoteID: 2, qpn: 3, mtu: vroce.MTU1024, vflags: vFlagPresent, priv: []byte("pd")}).marshal(&b)
 		f.Add(b[:])
@@ -569,7 +572,7 @@ func FuzzParseMAD(f *testing.F) {
 // must stay consistent, and the connection must stay up unless a message
 // that really is its peer's DREQ ended it (then it is made again).
 func FuzzManagerReceive(f *testing.F) {
-	for _, a := range []attrID{attrREQ, attrMRA, attrREJ, attrREP, attrRTU, attrDREQ, attrDREP} {
+	for _, a := range []attrID{attrREQ, attrMRA, attrREJ, attrREP, attrRTU, attrDREQ, attrDREP, attrSIDRReq, attrSIDRRep} {
 		var b [vroce.MADSize]byte
 		(&mad{attr: a, localID: 1, remoteID: 2, qpn: 3, mtu: vroce.MTU1024, vflags: vFlagPresent, serviceID: serviceID(1)}).marshal(&b)
 		for _, how := range []byte{0, 1, 2, 3, 7} {
@@ -748,4 +751,61 @@ func liveHeap() int64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapAlloc)
+}
+
+// TestProbe asks a device whether a service listens, over real UDP on
+// loopback: a listening service, a device without that service, and a
+// port nobody receives on (the host answers with ICMP at once).
+func TestProbe(t *testing.T) {
+	a := openEnd(t, vroce.Config{Provider: "udp", Addr: "127.0.0.1:0"}, Config{})
+	l, _ := a.m.Listen(0, 0)
+	defer l.Close()
+	ctx := ctxFor(t, 5*time.Second)
+	addr := a.dev.LocalAddr()
+	for _, c := range []struct {
+		service uint16
+		want    ProbeResult
+	}{{0, ProbeListening}, {addr.Port() + 1, ProbeNotListening}} {
+		if got, err := Probe(ctx, addr, c.service); err != nil || got != c.want {
+			t.Fatalf("service %d: %v %v, want %v", c.service, got, err, c.want)
+		}
+	}
+	// A UDP port nobody holds: bind one, learn its number, free it.
+	free, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := free.LocalAddr().(*net.UDPAddr).AddrPort()
+	free.Close()
+	if got, err := Probe(ctx, closed, 0); err != nil || got != ProbeNoDevice {
+		t.Fatalf("closed port: %v %v", got, err)
+	}
+	// A socket that receives and never answers: silent when ctx ends.
+	mute, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	short, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if got, err := Probe(short, mute.LocalAddr().(*net.UDPAddr).AddrPort(), 0); err != nil || got != ProbeSilent {
+		t.Fatalf("mute port: %v %v", got, err)
+	}
+	if s := a.m.Stats(); s.Received.SIDRReq != 2 || s.Sent.SIDRRep != 2 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestParseSIDRFromRxe reads the service ID resolution that rdma_cm's
+// udaddy sent over Soft-RoCE.
+func TestParseSIDRFromRxe(t *testing.T) {
+	mads := rxeMADs(t, "udaddy.pcap")
+	if len(mads) != 2 || mads[0].err != nil || mads[1].err != nil {
+		t.Fatalf("%d messages: %v %v", len(mads), mads[0].err, mads[1].err)
+	}
+	req, rep := mads[0].msg, mads[1].msg
+	if req.attr != attrSIDRReq || rep.attr != attrSIDRRep || req.localID != rep.localID || req.serviceID != rep.serviceID ||
+		req.serviceID>>16 != 0x0111 || rep.status != sidrValid || rep.qpn < 2 || rep.qkey != 0x01234567 {
+		t.Fatalf("SIDR_REQ %+v\nSIDR_REP %+v", req, rep)
+	}
 }

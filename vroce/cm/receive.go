@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/netip"
 	"time"
+
+	"vroce.dev/vroce"
 )
 
 // Message handling. Every message after a REQ names both communication
@@ -41,6 +43,10 @@ func (m *Manager) receive(from netip.AddrPort, b []byte) {
 		ok = m.onDREQ(from, &msg, &o)
 	case attrDREP:
 		ok = m.onDREP(from, &msg, &o)
+	case attrSIDRReq:
+		ok = m.onSIDRReq(from, &msg, &o)
+	default:
+		ok = false // a SIDR_REP: we only ever ask through Probe's own socket
 	}
 	m.mu.Unlock()
 	if !ok {
@@ -231,5 +237,16 @@ func (m *Manager) onDREP(from netip.AddrPort, msg *mad, o *outbox) bool {
 	m.answered(id)
 	m.remove(id)
 	o.event(Event{Type: EventDisconnected, ID: id})
+	return true
+}
+
+// onSIDRReq says whether a service listens here, and that this is vRoCE.
+func (m *Manager) onSIDRReq(from netip.AddrPort, msg *mad, o *outbox) bool {
+	rep := &mad{attr: attrSIDRRep, tid: msg.tid, localID: msg.localID, serviceID: msg.serviceID,
+		status: sidrUnsupported, qpn: vroce.GSIQPN, qkey: vroce.GSIQKey, priv: vroceMark[:]}
+	if m.listeners[msg.serviceID] != nil {
+		rep.status = sidrValid
+	}
+	o.send(from, rep)
 	return true
 }

@@ -1,0 +1,137 @@
+package cm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"vroce.dev/vroce"
+	"vroce.dev/vroce/wire"
+)
+
+// vroceMark opens the private data of a vRoCE SIDR_REP: a SIDR answer
+// from any other CM lacks it.
+var vroceMark = [4]byte{vMagic0, vMagic1, vVersion, vFlagSACK}
+
+// ProbeResult is what a probe learnt about a service.
+type ProbeResult uint8
+
+// Probe results.
+const (
+	// ProbeListening: a vRoCE device answered and the service listens.
+	ProbeListening ProbeResult = iota
+	// ProbeNotListening: a vRoCE device answered, but nothing listens on
+	// the service (or the answer came from another kind of CM).
+	ProbeNotListening
+	// ProbeNoDevice: nothing receives on the UDP port (the host said so).
+	ProbeNoDevice
+	// ProbeSilent: no answer before the context ended: the UDP path is
+	// closed, or the host keeps quiet.
+	ProbeSilent
+)
+
+var probeNames = [...]string{"listening", "not listening", "no device", "silent"}
+
+func (r ProbeResult) String() string {
+	if int(r) < len(probeNames) {
+		return probeNames[r]
+	}
+	return fmt.Sprintf("ProbeResult(%d)", uint8(r))
+}
+
+// probeInterval is how often a probe asks again while it waits.
+const probeInterval = 10 * time.Millisecond
+
+// Probe asks the device at to whether a vRoCE service listens on the
+// service port (0: to's port), with an IB CM service ID resolution request
+// (SIDR_REQ) on QP1. It sends from a UDP socket of its own, connected to
+// to, so that a host with nothing on the port answers at once (ICMP port
+// unreachable) and the probe needs no device. ctx bounds the wait; a
+// probe that hears nothing returns ProbeSilent when ctx ends. Any answer
+// comes before a single byte goes to the TCP service on the same port,
+// which is how a dialer avoids speaking vRoCE to a plain TCP server.
+func Probe(ctx context.Context, to netip.AddrPort, service uint16) (ProbeResult, error) {
+	if !to.IsValid() || to.Port() == 0 {
+		return 0, fmt.Errorf("cm: probe: %v is not an address with a port", to)
+	}
+	to = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
+	if service == 0 {
+		service = to.Port()
+	}
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(to))
+	if err != nil {
+		return 0, fmt.Errorf("cm: probe %v: %w", to, err)
+	}
+	defer c.Close()
+	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
+	flow := wire.Flow{Src: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), Dst: to}
+	reqID := uint32(random64())
+	var mb [vroce.MADSize]byte
+	(&mad{attr: attrSIDRReq, tid: random64(), localID: reqID, serviceID: serviceID(service)}).marshal(&mb)
+	p := wire.Packet{
+		BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: vroce.GSIQPN},
+		DETH: wire.DETH{QKey: vroce.GSIQKey, SrcQP: vroce.GSIQPN},
+	}
+	out := make([]byte, vroce.MaxPacketSize)
+	hl, err := p.EncodeHeaders(out, vroce.MADSize)
+	if err != nil {
+		return 0, err
+	}
+	copy(out[hl:], mb[:])
+	out = out[:wire.Finish(out, hl+vroce.MADSize)]
+	flow.Seal(out)
+
+	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	in := make([]byte, vroce.MaxPacketSize)
+	for {
+		if _, err := c.Write(out); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+			return 0, fmt.Errorf("cm: probe %v: %w", to, err)
+		}
+		if ctx.Err() == nil {
+			c.SetReadDeadline(time.Now().Add(probeInterval))
+		}
+		for {
+			n, err := c.Read(in)
+			switch {
+			case errors.Is(err, syscall.ECONNREFUSED):
+				return ProbeNoDevice, nil
+			case ctx.Err() != nil:
+				return ProbeSilent, nil
+			case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+			case err != nil:
+				return 0, fmt.Errorf("cm: probe %v: %w", to, err)
+			default:
+				if r, ok := probeAnswer(in[:n], flow, reqID); ok {
+					return r, nil
+				}
+				continue // not our answer: keep reading
+			}
+			break // ask again
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// probeAnswer reads a SIDR_REP to request reqID from b.
+func probeAnswer(b []byte, flow wire.Flow, reqID uint32) (ProbeResult, bool) {
+	var p wire.Packet
+	var m mad
+	back := wire.Flow{Src: flow.Dst, Dst: flow.Src}
+	if wire.Parse(&p, b) != nil || !back.Check(b) || p.BTH.DestQP != vroce.GSIQPN ||
+		parseMAD(p.Payload, &m) != nil || m.attr != attrSIDRRep || m.localID != reqID {
+		return 0, false
+	}
+	if m.status != sidrValid || len(m.priv) < 2 || m.priv[0] != vMagic0 || m.priv[1] != vMagic1 {
+		return ProbeNotListening, true
+	}
+	return ProbeListening, true
+}
