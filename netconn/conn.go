@@ -1,0 +1,158 @@
+package netconn
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrCanceled is what a Stream returns when the cancel channel it was
+// given closes before it could make progress.
+var ErrCanceled = errors.New("netconn: canceled")
+
+// Stream is a transport's byte stream, as Conn drives it.
+type Stream interface {
+	// Read blocks until it can return data, io.EOF or an error, or
+	// until cancel closes (then ErrCanceled, having read nothing).
+	Read(p []byte, cancel <-chan struct{}) (int, error)
+	// Write blocks until all of p is accepted, or returns how much was
+	// with an error; cancel as for Read.
+	Write(p []byte, cancel <-chan struct{}) (int, error)
+	// CloseWrite ends the stream's sending half: the peer reads io.EOF
+	// once it has read everything sent before.
+	CloseWrite() error
+	// Close ends both halves; calls blocked in Read and Write return.
+	Close() error
+}
+
+// Conn is a net.Conn over a Stream.
+type Conn struct {
+	s         Stream
+	net       string
+	local     net.Addr
+	remote    net.Addr
+	transport string
+	rd, wd    Deadline
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New wraps s. network names it in errors ("tcp", "tcp4", "tcp6");
+// transport is what Transport reports.
+func New(s Stream, network string, local, remote net.Addr, transport string) *Conn {
+	return &Conn{s: s, net: network, local: local, remote: remote, transport: transport}
+}
+
+// Transport says what carries the connection.
+func (c *Conn) Transport() string { return c.transport }
+
+// Stream returns the stream the connection wraps.
+func (c *Conn) Stream() Stream { return c.s }
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: c.net, Source: c.local, Addr: c.remote, Err: err}
+}
+
+// Read implements net.Conn.
+func (c *Conn) Read(p []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, c.opError("read", net.ErrClosed)
+	}
+	if c.rd.Expired() {
+		return 0, c.opError("read", os.ErrDeadlineExceeded)
+	}
+	n, err := c.s.Read(p, c.rd.Done())
+	return n, c.ioError("read", err)
+}
+
+// Write implements net.Conn.
+func (c *Conn) Write(p []byte) (int, error) {
+	if c.closed.Load() {
+		return 0, c.opError("write", net.ErrClosed)
+	}
+	if c.wd.Expired() {
+		return 0, c.opError("write", os.ErrDeadlineExceeded)
+	}
+	n, err := c.s.Write(p, c.wd.Done())
+	return n, c.ioError("write", err)
+}
+
+func (c *Conn) ioError(op string, err error) error {
+	switch {
+	case err == nil || err == io.EOF:
+		return err
+	case c.closed.Load():
+		return c.opError(op, net.ErrClosed)
+	case errors.Is(err, ErrCanceled):
+		return c.opError(op, os.ErrDeadlineExceeded)
+	}
+	return c.opError(op, err)
+}
+
+// CloseWrite shuts down the sending half.
+func (c *Conn) CloseWrite() error {
+	if c.closed.Load() {
+		return c.opError("close", net.ErrClosed)
+	}
+	if err := c.s.CloseWrite(); err != nil {
+		return c.opError("close", err)
+	}
+	return nil
+}
+
+// Close implements net.Conn; a second Close fails with net.ErrClosed.
+func (c *Conn) Close() error {
+	first := false
+	c.closeOnce.Do(func() {
+		first = true
+		c.closed.Store(true)
+		c.rd.Stop()
+		c.wd.Stop()
+		if err := c.s.Close(); err != nil {
+			c.closeErr = c.opError("close", err)
+		}
+	})
+	if !first {
+		return c.opError("close", net.ErrClosed)
+	}
+	return c.closeErr
+}
+
+// LocalAddr implements net.Conn.
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// RemoteAddr implements net.Conn.
+func (c *Conn) RemoteAddr() net.Addr { return c.remote }
+
+// SetDeadline implements net.Conn.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.rd.Set(t)
+	c.wd.Set(t)
+	return nil
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.rd.Set(t)
+	return nil
+}
+
+// SetWriteDeadline implements net.Conn.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.wd.Set(t)
+	return nil
+}

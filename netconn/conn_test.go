@@ -1,0 +1,176 @@
+package netconn
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/net/nettest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// pipe is an in-memory Stream: one direction of a byte queue with room
+// for cap bytes, and its twin for the other direction.
+type pipe struct {
+	mu      sync.Mutex
+	buf     []byte
+	cap     int
+	eof     bool // the writer closed
+	closed  bool // the reader closed
+	readyR  chan struct{}
+	readyW  chan struct{}
+	twin    *pipe // the other direction
+	closing sync.Once
+}
+
+type memStream struct{ in, out *pipe }
+
+func newPipe(n int) *pipe {
+	return &pipe{cap: n, readyR: make(chan struct{}, 1), readyW: make(chan struct{}, 1)}
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func memPair(n int) (*memStream, *memStream) {
+	ab, ba := newPipe(n), newPipe(n)
+	return &memStream{in: ba, out: ab}, &memStream{in: ab, out: ba}
+}
+
+func (s *memStream) Read(p []byte, cancel <-chan struct{}) (int, error) {
+	q := s.in
+	for {
+		q.mu.Lock()
+		switch {
+		case q.closed:
+			q.mu.Unlock()
+			return 0, net.ErrClosed
+		case len(q.buf) > 0:
+			n := copy(p, q.buf)
+			q.buf = q.buf[n:]
+			if len(q.buf) > 0 {
+				kick(q.readyR)
+			}
+			q.mu.Unlock()
+			kick(q.readyW)
+			return n, nil
+		case q.eof:
+			q.mu.Unlock()
+			kick(q.readyR)
+			return 0, io.EOF
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.readyR:
+		case <-cancel:
+			return 0, ErrCanceled
+		}
+	}
+}
+
+func (s *memStream) Write(p []byte, cancel <-chan struct{}) (int, error) {
+	q := s.out
+	n := 0
+	for {
+		q.mu.Lock()
+		switch {
+		case q.eof:
+			q.mu.Unlock()
+			return n, net.ErrClosed
+		case q.closed:
+			q.mu.Unlock()
+			return n, errors.New("connection reset")
+		}
+		c := min(len(p)-n, q.cap-len(q.buf))
+		q.buf = append(q.buf, p[n:n+c]...)
+		n += c
+		room := len(q.buf) < q.cap
+		q.mu.Unlock()
+		if c > 0 {
+			kick(q.readyR)
+		}
+		if n == len(p) {
+			if room {
+				kick(q.readyW)
+			}
+			return n, nil
+		}
+		select {
+		case <-q.readyW:
+		case <-cancel:
+			return n, ErrCanceled
+		}
+	}
+}
+
+func (s *memStream) CloseWrite() error {
+	s.out.mu.Lock()
+	s.out.eof = true
+	s.out.mu.Unlock()
+	kick(s.out.readyR)
+	kick(s.out.readyW)
+	return nil
+}
+
+func (s *memStream) Close() error {
+	s.CloseWrite()
+	s.in.mu.Lock()
+	s.in.closed = true
+	s.in.mu.Unlock()
+	kick(s.in.readyR)
+	kick(s.in.readyW)
+	return nil
+}
+
+var addrA, addrB = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 2}
+
+func makePipe() (c1, c2 net.Conn, stop func(), err error) {
+	a, b := memPair(1 << 12)
+	c1, c2 = New(a, "tcp", addrA, addrB, "mem"), New(b, "tcp", addrB, addrA, "mem")
+	return c1, c2, func() { c1.Close(); c2.Close() }, nil
+}
+
+// TestConnPassesNettest: the façade over a plain in-memory stream has
+// the semantics x/net's conformance suite checks of every net.Conn.
+func TestConnPassesNettest(t *testing.T) { nettest.TestConn(t, makePipe) }
+
+func TestErrorsAreNetErrors(t *testing.T) {
+	c1, c2, stop, _ := makePipe()
+	defer stop()
+	c1.SetReadDeadline(time.Now().Add(-time.Second))
+	_, err := c1.Read(make([]byte, 1))
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "read" || op.Net != "tcp" || op.Source != addrA || op.Addr != addrB || !op.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("timeout error %#v", err)
+	}
+	// The timed-out conn still works.
+	c1.SetReadDeadline(time.Time{})
+	go c2.Write([]byte("x"))
+	if n, err := c1.Read(make([]byte, 1)); n != 1 || err != nil {
+		t.Fatal(n, err)
+	}
+	c2.(*Conn).CloseWrite()
+	if _, err := c1.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after CloseWrite: %v, want bare io.EOF", err)
+	}
+	c1.Close()
+	if _, err := c1.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after close: %v", err)
+	}
+	if err := c1.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("second close: %v", err)
+	}
+	if c1.(*Conn).Transport() != "mem" {
+		t.Fatal("transport")
+	}
+}
