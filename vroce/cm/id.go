@@ -74,6 +74,36 @@ func (id *ID) Established() bool {
 	return id.state == stEstablished
 }
 
+// WaitEstablished waits until the connection is up: at once on the
+// active end, at the RTU on the passive one, whose QP may send from
+// Accept on but should not before the peer's QP is ready to receive.
+// It fails if the connection ends first, or with ctx.
+func (id *ID) WaitEstablished(ctx context.Context) error {
+	m := id.m
+	for {
+		m.mu.Lock()
+		switch id.state {
+		case stEstablished:
+			m.mu.Unlock()
+			return nil
+		case stRepSent:
+		default:
+			m.mu.Unlock()
+			return fmt.Errorf("cm: the connection with %v ended before it was established", id.peer)
+		}
+		if id.wake == nil {
+			id.wake = make(chan struct{}, 1)
+		}
+		wake := id.wake
+		m.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return fmt.Errorf("cm: waiting for %v: %w", id.peer, ctx.Err())
+		}
+	}
+}
+
 // message builds one of the messages that need only the two IDs.
 func (id *ID) message(a attrID) *mad {
 	msg := &mad{attr: a, tid: id.tid, localID: id.local, remoteID: id.remote}
@@ -106,6 +136,7 @@ func (id *ID) Disconnect() error {
 		id.out = new([vroce.MADSize]byte)
 		id.message(attrDREQ).marshal(id.out)
 		o.fail(id.qp)
+		o.wake(id)
 		m.start(id, &o)
 	case stDreqSent, stGone:
 	default:

@@ -132,6 +132,7 @@ type Manager struct {
 	// copy of their REQ cannot raise them again (the IBA's TimeWait).
 	timeWait      map[remoteKey]int64
 	timeWaitQueue []timeWaitEntry // in expiry order
+	probes        map[uint32]chan ProbeResult // Probe calls waiting, by request ID
 }
 
 // timeWaitPeriod outlasts any copy of a REQ still in the network.
@@ -165,7 +166,7 @@ func New(dev *vroce.Device, cfg Config) (*Manager, error) {
 		dev: dev, cfg: cfg, guid: random64(), epoch: time.Now(),
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{}, listeners: map[uint64]*Listener{},
-		timeWait: map[remoteKey]int64{},
+		timeWait: map[remoteKey]int64{}, probes: map[uint32]chan ProbeResult{},
 	}
 	gsi, err := dev.OpenGSI(m.receive)
 	if err != nil {
@@ -209,6 +210,7 @@ func (m *Manager) Close() error {
 		case stEstablished, stRepSent:
 			o.send(id.peer, id.message(attrDREQ))
 			o.fail(id.qp)
+			o.wake(id)
 		case stReqRcvd:
 			o.send(id.peer, id.reject(RejectNoResources, msgREQ, nil))
 		case stReqSent, stRepRcvd:
@@ -389,6 +391,7 @@ func (m *Manager) expire(id *ID, o *outbox) {
 		o.send(id.peer, id.reject(RejectTimeout, msgREP, nil))
 		o.fail(id.qp)
 		o.event(Event{Type: EventConnectError, ID: id})
+		o.wake(id)
 	case stDreqSent:
 		m.remove(id)
 		o.event(Event{Type: EventDisconnected, ID: id})

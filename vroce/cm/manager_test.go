@@ -809,3 +809,22 @@ func TestParseSIDRFromRxe(t *testing.T) {
 		t.Fatalf("SIDR_REQ %+v\nSIDR_REP %+v", req, rep)
 	}
 }
+
+// TestManagerProbe asks in-band, over the simulated network.
+func TestManagerProbe(t *testing.T) {
+	a, b, _ := simEnds(t, sim.Config{Seed: 3, Loss: 0.3}, Config{})
+	l, _ := b.m.Listen(0, 0)
+	defer l.Close()
+	ctx := ctxFor(t, 5*time.Second)
+	if r, err := a.m.Probe(ctx, b.dev.LocalAddr(), 0); err != nil || r != ProbeListening {
+		t.Fatalf("%v %v", r, err)
+	}
+	if r, err := a.m.Probe(ctx, b.dev.LocalAddr(), 7); err != nil || r != ProbeNotListening {
+		t.Fatalf("service 7: %v %v", r, err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if r, err := a.m.Probe(short, netip.MustParseAddrPort("127.0.0.3:1"), 0); err != nil || r != ProbeSilent {
+		t.Fatalf("nobody: %v %v", r, err)
+	}
+}

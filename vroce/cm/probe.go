@@ -135,3 +135,49 @@ func probeAnswer(b []byte, flow wire.Flow, reqID uint32) (ProbeResult, bool) {
 	}
 	return ProbeListening, true
 }
+
+// Probe asks, as the function Probe does, but in-band: through this
+// manager's device, so it works on any provider (the simulated network,
+// say). Without an ICMP answer to go by, a device that is not there is
+// silent: ProbeSilent when ctx ends.
+func (m *Manager) Probe(ctx context.Context, to netip.AddrPort, service uint16) (ProbeResult, error) {
+	if !to.IsValid() || to.Port() == 0 {
+		return 0, fmt.Errorf("cm: probe: %v is not an address with a port", to)
+	}
+	to = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
+	if service == 0 {
+		service = to.Port()
+	}
+	c := make(chan ProbeResult, 1)
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return 0, ErrClosed
+	}
+	var reqID uint32
+	for reqID == 0 || m.probes[reqID] != nil {
+		reqID = uint32(random64())
+	}
+	m.probes[reqID] = c
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.probes, reqID)
+		m.mu.Unlock()
+	}()
+	req := &mad{attr: attrSIDRReq, tid: random64(), localID: reqID, serviceID: serviceID(service)}
+	t := time.NewTicker(probeInterval)
+	defer t.Stop()
+	for {
+		var o outbox
+		o.send(to, req)
+		o.flush(m)
+		select {
+		case r := <-c:
+			return r, nil
+		case <-ctx.Done():
+			return ProbeSilent, nil
+		case <-t.C:
+		}
+	}
+}

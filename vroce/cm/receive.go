@@ -45,8 +45,8 @@ func (m *Manager) receive(from netip.AddrPort, b []byte) {
 		ok = m.onDREP(from, &msg, &o)
 	case attrSIDRReq:
 		ok = m.onSIDRReq(from, &msg, &o)
-	default:
-		ok = false // a SIDR_REP: we only ever ask through Probe's own socket
+	case attrSIDRRep:
+		ok = m.onSIDRRep(&msg)
 	}
 	m.mu.Unlock()
 	if !ok {
@@ -149,6 +149,7 @@ func (m *Manager) onREJ(from netip.AddrPort, msg *mad, o *outbox) bool {
 		m.remove(id)
 		o.fail(id.qp)
 		o.event(Event{Type: EventConnectError, ID: id, Reason: msg.reason})
+		o.wake(id)
 	default:
 		return false
 	}
@@ -206,6 +207,7 @@ func (m *Manager) onRTU(from netip.AddrPort, msg *mad, o *outbox) bool {
 	id.out = nil
 	m.stopTimer(id)
 	o.event(Event{Type: EventEstablished, ID: id})
+	o.wake(id)
 	return true
 }
 
@@ -224,6 +226,7 @@ func (m *Manager) onDREQ(from netip.AddrPort, msg *mad, o *outbox) bool {
 		o.fail(id.qp)
 		o.send(from, id.message(attrDREP))
 		o.event(Event{Type: EventDisconnected, ID: id})
+		o.wake(id)
 		return true
 	}
 	return false
@@ -248,5 +251,20 @@ func (m *Manager) onSIDRReq(from netip.AddrPort, msg *mad, o *outbox) bool {
 		rep.status = sidrValid
 	}
 	o.send(from, rep)
+	return true
+}
+
+// onSIDRRep answers a Probe made through this manager.
+func (m *Manager) onSIDRRep(msg *mad) bool {
+	c := m.probes[msg.localID]
+	if c == nil {
+		return false
+	}
+	delete(m.probes, msg.localID)
+	r := ProbeListening
+	if msg.status != sidrValid || len(msg.priv) < 2 || msg.priv[0] != vMagic0 || msg.priv[1] != vMagic1 {
+		r = ProbeNotListening
+	}
+	c <- r // buffered: the prober may have gone
 	return true
 }

@@ -25,6 +25,10 @@ const (
 	flagSACK  = 1 << 0
 )
 
+// SocketMagic opens every SOCKET exchange: a listener that serves plain
+// TCP clients on the same port tells the two apart by it.
+const SocketMagic = magic
+
 // Errors a caller can test with errors.Is.
 var (
 	// ErrNotVRoCE: the peer sent something that is not the exchange (a

@@ -1,0 +1,132 @@
+package rsock
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"vroce.dev/netconn"
+)
+
+// Conn is a stream over vRoCE: a net.Conn with CloseWrite, Transport
+// ("vroce") and SetLinger.
+type Conn struct {
+	*netconn.Conn
+	s *stream
+}
+
+func newConn(s *stream, network string, local, remote net.Addr) *Conn {
+	return &Conn{Conn: netconn.New(s, network, local, remote, "vroce"), s: s}
+}
+
+// SetLinger sets what Close does, as TCPConn.SetLinger: negative (the
+// default) closes in the background after sending what was written;
+// zero discards unsent data and resets the connection.
+func (c *Conn) SetLinger(sec int) error {
+	c.s.SetLinger(sec)
+	return nil
+}
+
+// TCPConn is a stream that fell back to TCP: the peer does not speak
+// vRoCE. Transport reports "tcp".
+type TCPConn struct {
+	*net.TCPConn
+	// prefix holds what the listener read while telling a plain TCP
+	// client from a vRoCE one; the application reads it first.
+	mu     sync.Mutex
+	prefix []byte
+	rd     time.Time
+	closed bool
+}
+
+// Transport says what carries the connection.
+func (c *TCPConn) Transport() string { return "tcp" }
+
+// Read implements net.Conn.
+func (c *TCPConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.prefix) == 0 {
+		c.mu.Unlock()
+		return c.TCPConn.Read(p)
+	}
+	defer c.mu.Unlock()
+	err := error(nil)
+	switch {
+	case c.closed:
+		err = net.ErrClosed
+	case !c.rd.IsZero() && !time.Now().Before(c.rd):
+		err = os.ErrDeadlineExceeded
+	}
+	if err != nil {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	}
+	n := copy(p, c.prefix)
+	c.prefix = c.prefix[n:]
+	return n, nil
+}
+
+// SetDeadline implements net.Conn.
+func (c *TCPConn) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rd = t
+	c.mu.Unlock()
+	return c.TCPConn.SetDeadline(t)
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *TCPConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.rd = t
+	c.mu.Unlock()
+	return c.TCPConn.SetReadDeadline(t)
+}
+
+// Close implements net.Conn.
+func (c *TCPConn) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	return c.TCPConn.Close()
+}
+
+// streamHello is what each end tells the other at connection time, as the
+// private data of the SOCKET exchange or of the CM's REQ and REP: how many
+// messages it takes at once (the credits it grants) and how large.
+type streamHello struct {
+	window  int
+	bufSize int
+}
+
+const (
+	helloMagic   = 'r'
+	helloVersion = 1
+	helloLen     = 8
+)
+
+func (h streamHello) marshal() []byte {
+	b := make([]byte, helloLen)
+	b[0], b[1] = helloMagic, helloVersion
+	binary.BigEndian.PutUint16(b[2:], uint16(h.window))
+	binary.BigEndian.PutUint32(b[4:], uint32(h.bufSize))
+	return b
+}
+
+func parseStreamHello(b []byte) (streamHello, error) {
+	if len(b) < helloLen || b[0] != helloMagic {
+		return streamHello{}, fmt.Errorf("rsock: the peer's QP is not a stream endpoint")
+	}
+	if b[1] != helloVersion {
+		return streamHello{}, fmt.Errorf("rsock: the peer speaks stream version %d, we speak %d", b[1], helloVersion)
+	}
+	h := streamHello{window: int(binary.BigEndian.Uint16(b[2:])), bufSize: int(binary.BigEndian.Uint32(b[4:]))}
+	if h.window < 1 || h.bufSize < 1024 || h.bufSize > 1<<24 {
+		return streamHello{}, fmt.Errorf("rsock: the peer offers %d buffers of %d bytes", h.window, h.bufSize)
+	}
+	return h, nil
+}
+
+// ourHello is what every stream of this implementation offers.
+func ourHello() streamHello { return streamHello{window: window, bufSize: bufSize} }

@@ -1,0 +1,401 @@
+package rsock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"vroce.dev/vroce/cm"
+)
+
+// Connection modes.
+const (
+	// ModeSocket: a TCP connection to the service carries the QP exchange,
+	// then closes; a peer that does not speak vRoCE is served over that
+	// TCP connection instead (unless fallback is off).
+	ModeSocket = "socket"
+	// ModeCM: the in-band connection manager; no TCP at all.
+	ModeCM = "cm"
+)
+
+// DefaultKeepAlive is the idle time before a stream probes its peer.
+const DefaultKeepAlive = 15 * time.Second
+
+// ErrNotVRoCE: the peer does not speak vRoCE and fallback is off.
+var ErrNotVRoCE = errors.New("rsock: the peer does not speak vRoCE")
+
+// Dialer connects streams, as net.Dialer connects TCP.
+type Dialer struct {
+	// Timeout and Deadline bound the dial as net.Dialer's do.
+	Timeout  time.Duration
+	Deadline time.Time
+	// KeepAlive is the idle time after which the stream probes the peer
+	// (a dead peer then fails reads and writes with ETIMEDOUT); 0 means
+	// DefaultKeepAlive, negative turns keepalive off.
+	KeepAlive time.Duration
+	// Mode is ModeSocket or ModeCM; empty means $RSOCK_MODE, then socket.
+	Mode string
+	// NoFallback makes a dial to a peer that does not speak vRoCE fail
+	// with ErrNotVRoCE instead of carrying on over TCP (as does
+	// RSOCK_FALLBACK=0).
+	NoFallback bool
+	// Provider and ProviderOptions choose the local device's packet I/O,
+	// as vroce.Config's do; DeviceAddr is its address ("" for the one
+	// the route to the peer leaves from, on any port).
+	Provider        string
+	ProviderOptions any
+	DeviceAddr      string
+}
+
+// Dial connects to address on the named network ("tcp", "tcp4" or
+// "tcp6") with the zero Dialer.
+func Dial(network, address string) (net.Conn, error) {
+	return (&Dialer{}).DialContext(context.Background(), network, address)
+}
+
+// DialContext is Dial with a context.
+func DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	return (&Dialer{}).DialContext(ctx, network, address)
+}
+
+// Dial connects to address.
+func (d *Dialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+// DialContext connects to address; ctx bounds the whole dial.
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if err := checkNetwork(network); err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	if !d.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Deadline)
+		defer cancel()
+	}
+	raddr, err := resolve(ctx, network, address)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	mode, err := modeOf(d.Mode)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: tcpAddr(raddr), Err: err}
+	}
+	var c net.Conn
+	if mode == ModeCM {
+		c, err = d.dialCM(ctx, network, raddr)
+	} else {
+		c, err = d.dialSocket(ctx, network, raddr)
+	}
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) {
+			return nil, err
+		}
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: tcpAddr(raddr), Err: err}
+	}
+	return c, nil
+}
+
+func checkNetwork(network string) error {
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+		return nil
+	}
+	return net.UnknownNetworkError(network)
+}
+
+func modeOf(m string) (string, error) {
+	if m == "" {
+		m = os.Getenv("RSOCK_MODE")
+	}
+	switch m {
+	case "", ModeSocket:
+		return ModeSocket, nil
+	case ModeCM:
+		return ModeCM, nil
+	}
+	return "", fmt.Errorf("rsock: mode %q: want %q or %q", m, ModeSocket, ModeCM)
+}
+
+func providerOf(p string) string {
+	if p == "" {
+		p = os.Getenv("VROCE_PROVIDER")
+	}
+	if p == "" {
+		p = "udp"
+	}
+	return p
+}
+
+func (d *Dialer) keepAlive() time.Duration {
+	if d.KeepAlive == 0 {
+		return DefaultKeepAlive
+	}
+	return d.KeepAlive
+}
+
+func (d *Dialer) fallback() bool { return !d.NoFallback && os.Getenv("RSOCK_FALLBACK") != "0" }
+
+// resolve turns host:port into one address of the network's family.
+func resolve(ctx context.Context, network, address string) (netip.AddrPort, error) {
+	host, portStr, err := net.SplitHostPort(address)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	port, err := net.DefaultResolver.LookupPort(ctx, "tcp", portStr)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if host == "" {
+		host = "127.0.0.1"
+		if network == "tcp6" {
+			host = "::1"
+		}
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap()
+		if (network == "tcp4" && !ip.Is4()) || (network == "tcp6" && !ip.Is6()) {
+			return netip.AddrPort{}, &net.AddrError{Err: "address of the wrong family", Addr: host}
+		}
+		return netip.AddrPortFrom(ip, uint16(port)), nil
+	}
+	fam := map[string]string{"tcp": "ip", "tcp4": "ip4", "tcp6": "ip6"}[network]
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, fam, host)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if len(ips) == 0 {
+		return netip.AddrPort{}, &net.DNSError{Err: "no suitable address", Name: host, IsNotFound: true}
+	}
+	return netip.AddrPortFrom(ips[0].Unmap(), uint16(port)), nil
+}
+
+func tcpAddr(a netip.AddrPort) *net.TCPAddr { return net.TCPAddrFromAddrPort(a) }
+
+// The client stacks of this process, one per device configuration, shared
+// by every stream dialed from it.
+var clients struct {
+	mu sync.Mutex
+	m  map[stackConfig]*stack
+}
+
+// clientStack returns the stack to dial raddr from, with a reference.
+func (d *Dialer) clientStack(raddr netip.AddrPort) (*stack, error) {
+	cfg := stackConfig{provider: providerOf(d.Provider), options: d.ProviderOptions, addr: d.DeviceAddr}
+	if cfg.addr == "" && cfg.provider == "udp" {
+		// A device on the address the route leaves from: its ICRC checks
+		// are exact and its MTU is that interface's.
+		c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(raddr))
+		if err != nil {
+			return nil, err
+		}
+		la := c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+		c.Close()
+		cfg.addr = net.JoinHostPort(la.String(), "0")
+	}
+	clients.mu.Lock()
+	defer clients.mu.Unlock()
+	if st := clients.m[cfg]; st != nil && st.ref() {
+		return st, nil
+	}
+	st, err := openStack(cfg)
+	if err != nil {
+		return nil, err
+	}
+	st.refs = 1
+	st.onIdle = func() {
+		clients.mu.Lock()
+		if clients.m[cfg] == st {
+			delete(clients.m, cfg)
+		}
+		clients.mu.Unlock()
+	}
+	if clients.m == nil {
+		clients.m = map[stackConfig]*stack{}
+	}
+	clients.m[cfg] = st
+	return st, nil
+}
+
+// probe asks whether a vRoCE service listens at raddr: from a socket of
+// its own on UDP (a closed port answers at once), else through the
+// stack's device.
+func probe(ctx context.Context, st *stack, provider string, raddr netip.AddrPort) cm.ProbeResult {
+	var r cm.ProbeResult
+	var err error
+	if provider == "udp" {
+		r, err = cm.Probe(ctx, raddr, 0)
+	} else {
+		r, err = st.cm.Probe(ctx, raddr, 0)
+	}
+	if err != nil {
+		return cm.ProbeNoDevice
+	}
+	return r
+}
+
+// dialSocket: probe and TCP connect at once; a vRoCE service gets the QP
+// exchange on the TCP connection, anything else gets the connection.
+func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.AddrPort) (net.Conn, error) {
+	st, err := d.clientStack(raddr)
+	if err != nil {
+		return nil, err
+	}
+	defer st.unref(false) // the stream takes its own reference
+	pctx, stopProbe := context.WithCancel(ctx)
+	probed := make(chan cm.ProbeResult, 1)
+	go func() { probed <- probe(pctx, st, providerOf(d.Provider), raddr) }()
+	result := func() cm.ProbeResult { stopProbe(); return <-probed }
+
+	start := time.Now()
+	nd := net.Dialer{KeepAlive: d.KeepAlive}
+	c, err := nd.DialContext(ctx, network, raddr.String())
+	if err != nil {
+		result()
+		return nil, err
+	}
+	tc := c.(*net.TCPConn)
+	// The probe went out with the SYN; give its answer a few more round
+	// trips than the connect took.
+	wait := time.NewTimer(max(4*time.Since(start), 10*time.Millisecond))
+	var r cm.ProbeResult
+	select {
+	case r = <-probed:
+		stopProbe()
+	case <-wait.C:
+		r = result()
+	case <-ctx.Done():
+		r = result()
+	}
+	wait.Stop()
+	if r != cm.ProbeListening {
+		if !d.fallback() {
+			tc.Close()
+			return nil, fmt.Errorf("%w (probe: %v)", ErrNotVRoCE, r)
+		}
+		return &TCPConn{TCPConn: tc}, nil
+	}
+	s, err := st.newStream(d.keepAlive())
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	err = exchange(ctx, tc, tc, s)
+	tc.Close()
+	if err != nil {
+		s.teardown(false)
+		return nil, err
+	}
+	return newConn(s, network, tc.LocalAddr(), tc.RemoteAddr()), nil
+}
+
+// exchange runs the SOCKET exchange for s over c (reading through r) and
+// starts the stream, then the ready handshake: each end says when its QP
+// is in RTS and waits to hear the same, so that neither sends to a QP
+// not yet ready.
+func exchange(ctx context.Context, c net.Conn, r io.Reader, s *stream) error {
+	rc := readerConn{Conn: c, r: r}
+	peer, err := cm.ConnectSocket(ctx, rc, s.qp, cm.Params{PrivateData: ourHello().marshal()})
+	if err != nil {
+		return err
+	}
+	hello, err := parseStreamHello(peer.PrivateData)
+	if err != nil {
+		return err
+	}
+	s.start(hello)
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var b [1]byte
+	if _, err := c.Write([]byte{1}); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return fmt.Errorf("rsock: waiting for the peer's QP: %w", err)
+	}
+	return nil
+}
+
+// readerConn reads through r, which may hold bytes already taken from
+// the connection.
+type readerConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c readerConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// dialCM connects through the connection manager: no TCP.
+func (d *Dialer) dialCM(ctx context.Context, network string, raddr netip.AddrPort) (net.Conn, error) {
+	st, err := d.clientStack(raddr)
+	if err != nil {
+		return nil, err
+	}
+	defer st.unref(false)
+	pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	r := probe(pctx, st, providerOf(d.Provider), raddr)
+	cancel()
+	if r == cm.ProbeNoDevice || r == cm.ProbeNotListening {
+		return nil, syscall.ECONNREFUSED
+	}
+	s, err := st.newStream(d.keepAlive())
+	if err != nil {
+		return nil, err
+	}
+	id, err := st.cm.Connect(ctx, s.qp, raddr, cm.Params{PrivateData: ourHello().marshal()})
+	if err != nil {
+		s.teardown(false)
+		var rej *cm.RejectError
+		if errors.As(err, &rej) {
+			return nil, syscall.ECONNREFUSED
+		}
+		return nil, err
+	}
+	hello, err := parseStreamHello(id.PrivateData())
+	if err != nil {
+		s.setID(id)
+		s.teardown(false)
+		return nil, err
+	}
+	s.setID(id)
+	s.start(hello)
+	return newConn(s, network, tcpAddr(st.dev.LocalAddr()), tcpAddr(raddr)), nil
+}
+
+// newStream creates a QP on the stack and a stream on it, holding a
+// reference to the stack until the stream is torn down.
+func (s *stack) newStream(keepAlive time.Duration) (*stream, error) {
+	if !s.ref() {
+		return nil, net.ErrClosed
+	}
+	qp, err := s.pd.CreateQP(qpAttr(s))
+	if err != nil {
+		s.unref(false)
+		return nil, fmt.Errorf("rsock: %w", err)
+	}
+	st := newStream(s, qp, keepAlive)
+	s.add(st)
+	return st, nil
+}
+
+func portString(p uint16) string { return strconv.Itoa(int(p)) }

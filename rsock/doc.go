@@ -1,0 +1,29 @@
+// Package rsock carries TCP-style byte streams over vRoCE RC queue pairs,
+// behind net.Conn and net.Listener: swap net.Dial for rsock.Dial and
+// net.Listen for rsock.Listen, and a program's bytes move over vRoCE with
+// TCP's semantics (ordering, half-close, deadlines, errors).
+//
+//	ln, _ := rsock.Listen("tcp", ":9000")   // http.Serve(ln, handler) works
+//	c, _ := rsock.Dial("tcp", "host:9000") // c.(interface{ Transport() string })
+//
+// A stream is one RC QP. Its receive buffers come from an SRQ that every
+// stream of the device shares; a stream may fill only as many of them as
+// its reader has granted (credits, returned as the application reads), so
+// a slow reader holds back only its own peer. Data moves as SENDs with
+// immediate data that also carries credits back; control (credits alone,
+// FIN, RST, keepalive) needs no receive buffer of its own.
+//
+// Connection modes: SOCKET (default) probes the service's UDP port
+// (an IB CM service ID resolution on QP1) while it connects over TCP; a
+// vRoCE service gets the QP exchange on that TCP connection, which then
+// closes, and any other server keeps the TCP connection, untouched, as
+// the stream (Transport "tcp"; RSOCK_FALLBACK=0 or Dialer.NoFallback
+// makes that an error). A listener serves vRoCE clients of both modes and
+// plain TCP clients on one port. RDMA_CM mode (RSOCK_MODE=cm) uses the
+// in-band connection manager alone. A listener's device receives on the
+// UDP port equal to its TCP port; a dialer's on an ephemeral port.
+//
+// Close never blocks: what was written is sent, then a FIN, in the
+// background, for at most ten seconds; SetLinger(0) resets instead.
+// Keepalive (Dialer.KeepAlive, 15 s by default) finds a dead peer.
+package rsock

@@ -1,0 +1,296 @@
+package rsock
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"vroce.dev/vroce/cm"
+)
+
+const (
+	// detectTimeout is how long a listener waits for a new TCP client's
+	// first bytes to tell vRoCE from plain TCP. A vRoCE client sends at
+	// once; a plain client of a protocol where the server speaks first
+	// waits this long before the server sees it.
+	detectTimeout = 200 * time.Millisecond
+	// handshakeTimeout bounds a vRoCE client's exchange.
+	handshakeTimeout = 10 * time.Second
+)
+
+// ListenConfig configures a listener, as net.ListenConfig does.
+type ListenConfig struct {
+	// Backlog bounds the connections waiting for Accept, and is the
+	// RDMA_CM listen backlog (max_backlog); 0 means 1,024.
+	Backlog int
+	// Mode is ModeSocket (a TCP port serving vRoCE clients of both modes
+	// and plain TCP clients) or ModeCM (RDMA_CM only: no TCP port);
+	// empty means $RSOCK_MODE, then socket.
+	Mode string
+	// KeepAlive as for Dialer.
+	KeepAlive time.Duration
+	// Provider, ProviderOptions and DeviceAddr choose the listener's
+	// device as Dialer's do; DeviceAddr's port 0 (and the default) means
+	// the listening port, which is where dialers look for it.
+	Provider        string
+	ProviderOptions any
+	DeviceAddr      string
+}
+
+// Listen announces on the local network address ("tcp", "tcp4", "tcp6").
+func Listen(network, address string) (net.Listener, error) {
+	return (&ListenConfig{}).Listen(context.Background(), network, address)
+}
+
+// Listener accepts streams: vRoCE streams of either mode, and plain TCP
+// connections (in socket mode) on the same port.
+type Listener struct {
+	st        *stack
+	network   string
+	addr      *net.TCPAddr
+	tcp       *net.TCPListener // nil in ModeCM
+	cml       *cm.Listener
+	keepAlive time.Duration
+	queue     chan net.Conn
+	done      chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Listen announces on address.
+func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (net.Listener, error) {
+	opErr := func(err error) error { return &net.OpError{Op: "listen", Net: network, Err: err} }
+	if err := checkNetwork(network); err != nil {
+		return nil, opErr(err)
+	}
+	mode, err := modeOf(lc.Mode)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	backlog := lc.Backlog
+	if backlog <= 0 {
+		backlog = cm.DefaultMaxBacklog
+	}
+	host, portStr, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	l := &Listener{network: network, keepAlive: (&Dialer{KeepAlive: lc.KeepAlive}).keepAlive(),
+		queue: make(chan net.Conn, min(backlog, 4096)), done: make(chan struct{})}
+	if mode == ModeCM {
+		l.st, err = openStack(lc.stackConfig(host, portStr, backlog))
+		if err != nil {
+			return nil, opErr(err)
+		}
+		l.addr = tcpAddr(l.st.dev.LocalAddr())
+	} else if err := l.listenTCP(ctx, lc, host, portStr, backlog); err != nil {
+		return nil, opErr(err)
+	}
+	l.st.refs = 1
+	if l.cml, err = l.st.cm.Listen(uint16(l.addr.Port), backlog); err != nil {
+		l.st.unref(false)
+		if l.tcp != nil {
+			l.tcp.Close()
+		}
+		return nil, opErr(err)
+	}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Add(1)
+	go l.acceptCM()
+	if l.tcp != nil {
+		l.wg.Add(1)
+		go l.acceptTCP()
+	}
+	return l, nil
+}
+
+func (lc *ListenConfig) stackConfig(host, port string, backlog int) stackConfig {
+	c := stackConfig{provider: providerOf(lc.Provider), options: lc.ProviderOptions, addr: net.JoinHostPort(host, port), backlog: backlog}
+	if lc.DeviceAddr != "" {
+		c.addr = lc.DeviceAddr
+		if h, p, err := net.SplitHostPort(lc.DeviceAddr); err == nil && p == "0" {
+			c.addr = net.JoinHostPort(h, port)
+		}
+	}
+	return c
+}
+
+// listenTCP opens the TCP port and the device on the same UDP port. When
+// the port was left to the system and its UDP twin is taken, it tries
+// another.
+func (l *Listener) listenTCP(ctx context.Context, lc *ListenConfig, host, portStr string, backlog int) error {
+	nlc := net.ListenConfig{KeepAlive: lc.KeepAlive}
+	for try := 0; ; try++ {
+		ln, err := nlc.Listen(ctx, l.network, net.JoinHostPort(host, portStr))
+		if err != nil {
+			return err
+		}
+		l.tcp = ln.(*net.TCPListener)
+		l.addr = l.tcp.Addr().(*net.TCPAddr)
+		l.st, err = openStack(lc.stackConfig(host, portString(uint16(l.addr.Port)), backlog))
+		if err == nil {
+			return nil
+		}
+		l.tcp.Close()
+		if portStr != "0" || try == 16 || !errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("rsock: the device for TCP port %d: %w", l.addr.Port, err)
+		}
+	}
+}
+
+// Addr returns the listener's address.
+func (l *Listener) Addr() net.Addr { return l.addr }
+
+// Accept waits for the next stream.
+func (l *Listener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.queue:
+		return c, nil
+	case <-l.done:
+		return nil, &net.OpError{Op: "accept", Net: l.network, Addr: l.addr, Err: net.ErrClosed}
+	}
+}
+
+// Close stops listening; streams already accepted carry on.
+func (l *Listener) Close() error {
+	first := false
+	l.closeOnce.Do(func() {
+		first = true
+		close(l.done)
+		l.cancel()
+		if l.tcp != nil {
+			l.tcp.Close()
+		}
+		l.cml.Close()
+		l.wg.Wait()
+		for {
+			select {
+			case c := <-l.queue:
+				c.Close()
+				continue
+			default:
+			}
+			break
+		}
+		l.st.unref(false)
+	})
+	if !first {
+		return &net.OpError{Op: "close", Net: l.network, Addr: l.addr, Err: net.ErrClosed}
+	}
+	return nil
+}
+
+// deliver queues an accepted connection, or closes it if the listener
+// closed meanwhile.
+func (l *Listener) deliver(c net.Conn) {
+	select {
+	case l.queue <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+// acceptTCP serves the TCP port: each connection is told apart and
+// handled on its own goroutine, so a slow client delays nobody.
+func (l *Listener) acceptTCP() {
+	defer l.wg.Done()
+	for {
+		c, err := l.tcp.AcceptTCP()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // EMFILE and the like: do not spin
+			continue
+		}
+		l.wg.Add(1)
+		go l.handshake(c)
+	}
+}
+
+// handshake tells a vRoCE client, whose first bytes are the SOCKET
+// exchange, from a plain TCP client, and serves each.
+func (l *Listener) handshake(c *net.TCPConn) {
+	defer l.wg.Done()
+	br := bufio.NewReaderSize(c, 64)
+	c.SetReadDeadline(time.Now().Add(detectTimeout))
+	head, _ := br.Peek(len(cm.SocketMagic))
+	c.SetReadDeadline(time.Time{})
+	if string(head) != cm.SocketMagic {
+		prefix, _ := br.Peek(br.Buffered())
+		l.deliver(&TCPConn{TCPConn: c, prefix: append([]byte(nil), prefix...)})
+		return
+	}
+	s, err := l.st.newStream(l.keepAlive)
+	if err != nil {
+		c.Close()
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
+	err = exchange(ctx, c, br, s)
+	cancel()
+	c.Close()
+	if err != nil {
+		s.teardown(false)
+		return
+	}
+	l.deliver(newConn(s, l.network, c.LocalAddr(), c.RemoteAddr()))
+}
+
+// acceptCM serves RDMA_CM requests: each gets a QP at once, and is
+// handed to Accept once the peer's RTU says its QP is ready.
+func (l *Listener) acceptCM() {
+	defer l.wg.Done()
+	for {
+		req, err := l.cml.Accept(l.ctx)
+		if err != nil {
+			return
+		}
+		hello, err := parseStreamHello(req.PrivateData)
+		if err != nil {
+			req.Reject(cm.RejectConsumer, []byte(err.Error()))
+			continue
+		}
+		s, err := l.st.newStream(l.keepAlive)
+		if err != nil {
+			req.Reject(cm.RejectNoResources, nil)
+			continue
+		}
+		s.start(hello)
+		id, err := req.Accept(s.qp, cm.Params{PrivateData: ourHello().marshal()})
+		if err != nil {
+			s.teardown(false)
+			continue
+		}
+		s.setID(id)
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
+			err := id.WaitEstablished(ctx)
+			cancel()
+			if err != nil {
+				s.teardown(false)
+				return
+			}
+			local := l.st.dev.LocalAddr()
+			if local.Addr().IsUnspecified() {
+				local = netip.AddrPortFrom(l.addr.AddrPort().Addr(), local.Port())
+			}
+			l.deliver(newConn(s, l.network, tcpAddr(local), tcpAddr(req.Peer)))
+		}()
+	}
+}

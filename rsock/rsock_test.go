@@ -1,0 +1,110 @@
+package rsock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// settle waits for every stream of the test to finish closing in the
+// background and its device to close.
+func settle(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for liveStacks.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d stacks still open", liveStacks.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func transport(c net.Conn) string {
+	if t, ok := c.(interface{ Transport() string }); ok {
+		return t.Transport()
+	}
+	return "?"
+}
+
+// pair dials l and returns both ends.
+func pair(t *testing.T, l net.Listener, d *Dialer) (client, server net.Conn) {
+	t.Helper()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		accepted <- c
+	}()
+	client, err := d.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	return client, server
+}
+
+func TestStreamEcho(t *testing.T) {
+	for _, mode := range []string{ModeSocket, ModeCM} {
+		t.Run(mode, func(t *testing.T) {
+			l, err := (&ListenConfig{Mode: mode}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, s := pair(t, l, &Dialer{Mode: mode})
+			if transport(c) != "vroce" || transport(s) != "vroce" {
+				t.Fatalf("transports %s and %s", transport(c), transport(s))
+			}
+			msg := bytes.Repeat([]byte("vroce stream "), 20000) // 260 KB: several buffers
+			go func() {
+				c.Write(msg)
+				c.(*Conn).CloseWrite()
+			}()
+			got, err := io.ReadAll(s)
+			if err != nil || !bytes.Equal(got, msg) {
+				t.Fatalf("read %d bytes, %v", len(got), err)
+			}
+			if _, err := s.Write([]byte("bye")); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			b, err := io.ReadAll(c)
+			if err != nil || string(b) != "bye" {
+				t.Fatalf("client read %q %v", b, err)
+			}
+			c.Close()
+			l.Close()
+			settle(t)
+		})
+	}
+}
+
+func TestDialClosedPortIsRefused(t *testing.T) {
+	free, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := free.Addr().String()
+	free.Close()
+	for _, mode := range []string{ModeSocket, ModeCM} {
+		_, err := (&Dialer{Mode: mode}).Dial("tcp", addr)
+		var op *net.OpError
+		if !errors.As(err, &op) || op.Op != "dial" || !isRefused(err) {
+			t.Fatalf("%s: %v, want a dial OpError with ECONNREFUSED", mode, err)
+		}
+	}
+	settle(t)
+}
+
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

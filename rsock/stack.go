@@ -1,0 +1,344 @@
+package rsock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"vroce.dev/vroce"
+	"vroce.dev/vroce/cm"
+)
+
+// The receive side of every stream of a device is shared: one SRQ holds
+// buffers of bufSize bytes, kept topped up by the device's poller, and a
+// stream may have at most the credits it granted its peer worth of them
+// filled and unread. Small messages are copied out at once, so an
+// unread request costs its size, not a buffer.
+const (
+	bufSize   = 64 << 10
+	window    = 8 // credits a stream grants: messages in flight towards it
+	minPosted = 32
+	maxPosted = 1024
+	smallCopy = 2 << 10
+	// maxIdleBufs bounds the buffers a stack keeps free for reuse.
+	maxIdleBufs = 256
+)
+
+// buffer is registered memory for one message.
+type buffer struct {
+	mr   *vroce.MR
+	data []byte
+	n    int         // bytes in use
+	sgl  [1]vroce.SGE // for posting without allocating
+}
+
+func (b *buffer) sge(n int) []vroce.SGE {
+	b.sgl[0] = b.mr.SGE(0, n)
+	return b.sgl[:]
+}
+
+// stack is a device with its shared stream machinery: PD, one CQ for
+// every stream's completions, the SRQ, the connection manager, and one
+// goroutine that polls the CQ. Its streams and listener hold references;
+// the last one to go closes it.
+type stack struct {
+	dev    *vroce.Device
+	pd     *vroce.PD
+	cq     *vroce.CQ
+	srq    *vroce.SRQ
+	cm     *cm.Manager
+	onIdle func() // called once the last reference is gone
+
+	mu      sync.Mutex // guards everything below
+	streams map[uint32]*stream
+	refs    int
+	closed  bool
+	free    []*buffer
+	rx      []*buffer // posted receives, by WR ID
+	rxFree  []uint32
+	target  int // receives to keep posted
+	posted  int
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// stackConfig says how to open a stack's device.
+type stackConfig struct {
+	provider string
+	options  any
+	addr     string
+	backlog  int // the manager's max_backlog
+}
+
+func openStack(c stackConfig) (*stack, error) {
+	dev, err := vroce.Open(vroce.Config{Provider: c.provider, Addr: c.addr, ProviderOptions: c.options})
+	if err != nil {
+		return nil, err
+	}
+	s := &stack{dev: dev, streams: map[uint32]*stream{}, target: minPosted}
+	fail := func(err error) (*stack, error) { dev.Close(); return nil, err }
+	if s.pd, err = dev.AllocPD(); err != nil {
+		return fail(err)
+	}
+	if s.cq, err = dev.CreateCQ(vroce.SpecMaxCQE); err != nil { // grows as used
+		return fail(err)
+	}
+	if s.srq, err = s.pd.CreateSRQ(vroce.SRQAttr{MaxWR: maxPosted, MaxSGE: 1}); err != nil {
+		return fail(err)
+	}
+	if s.cm, err = cm.New(dev, cm.Config{MaxBacklog: c.backlog}); err != nil {
+		return fail(err)
+	}
+	s.mu.Lock()
+	err = s.replenishLocked()
+	s.mu.Unlock()
+	if err != nil {
+		s.cm.Close()
+		return fail(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	liveStacks.Add(1)
+	s.wg.Add(2)
+	go s.poll(ctx)
+	go s.keepalive(ctx)
+	return s, nil
+}
+
+// ref takes a reference; it fails once the stack has closed.
+func (s *stack) ref() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.refs++
+	return true
+}
+
+// unref drops a reference; the last one closes the stack. The poller
+// closes the device on its way out; a caller on any other goroutine waits
+// for that, the poller itself (a stream torn down by a completion) cannot.
+func (s *stack) unref(onPoller bool) {
+	s.mu.Lock()
+	s.refs--
+	last := s.refs == 0 && !s.closed
+	if last {
+		s.closed = true
+	}
+	s.mu.Unlock()
+	if !last {
+		return
+	}
+	if s.onIdle != nil {
+		s.onIdle()
+	}
+	s.cancel()
+	if !onPoller {
+		s.wg.Wait()
+	}
+}
+
+// shutdown releases the device; the poller runs it as it exits.
+func (s *stack) shutdown() {
+	s.cm.Close()
+	s.dev.Close()
+	liveStacks.Add(-1)
+}
+
+// liveStacks counts the stacks whose device is open: streams close in
+// the background, and tests wait for this to reach zero.
+var liveStacks atomic.Int64
+
+// failAll ends every stream with err.
+func (s *stack) failAll(err error) {
+	s.mu.Lock()
+	all := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	for _, st := range all {
+		st.fail(err, true)
+	}
+}
+
+// keepalive sends a probe on every stream idle for its keepalive period,
+// checking a few times per period. A dead peer then shows as the probe's
+// failed send.
+func (s *stack) keepalive(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		next := time.Second
+		s.mu.Lock()
+		all := make([]*stream, 0, len(s.streams))
+		for _, st := range s.streams {
+			all = append(all, st)
+		}
+		s.mu.Unlock()
+		for _, st := range all {
+			if p := st.keepaliveCheck(now); p > 0 {
+				next = min(next, max(p/4, 5*time.Millisecond))
+			}
+		}
+		t.Reset(next)
+	}
+}
+
+// getBuf returns a free registered buffer.
+func (s *stack) getBuf() (*buffer, error) {
+	s.mu.Lock()
+	if n := len(s.free); n > 0 {
+		b := s.free[n-1]
+		s.free = s.free[:n-1]
+		s.mu.Unlock()
+		return b, nil
+	}
+	s.mu.Unlock()
+	data := make([]byte, bufSize)
+	mr, err := s.pd.RegMR(data, vroce.AccessLocalWrite)
+	if err != nil {
+		return nil, fmt.Errorf("rsock: receive buffer: %w", err)
+	}
+	return &buffer{mr: mr, data: data}, nil
+}
+
+func (s *stack) putBuf(b *buffer) {
+	b.n = 0
+	s.mu.Lock()
+	if len(s.free) < maxIdleBufs {
+		s.free = append(s.free, b)
+		b = nil
+	}
+	s.mu.Unlock()
+	if b != nil {
+		b.mr.Dereg()
+	}
+}
+
+// replenishLocked posts receives until target are outstanding.
+func (s *stack) replenishLocked() error {
+	for s.posted < s.target {
+		var b *buffer
+		if n := len(s.free); n > 0 {
+			b, s.free = s.free[n-1], s.free[:n-1]
+		} else {
+			data := make([]byte, bufSize)
+			mr, err := s.pd.RegMR(data, vroce.AccessLocalWrite)
+			if err != nil {
+				return fmt.Errorf("rsock: receive buffer: %w", err)
+			}
+			b = &buffer{mr: mr, data: data}
+		}
+		var slot uint32
+		if n := len(s.rxFree); n > 0 {
+			slot, s.rxFree = s.rxFree[n-1], s.rxFree[:n-1]
+			s.rx[slot] = b
+		} else {
+			slot = uint32(len(s.rx))
+			s.rx = append(s.rx, b)
+		}
+		if err := s.srq.PostRecv(vroce.RecvWR{ID: uint64(slot), SGL: b.sge(bufSize)}); err != nil {
+			s.rx[slot] = nil
+			s.rxFree = append(s.rxFree, slot)
+			s.free = append(s.free, b)
+			return fmt.Errorf("rsock: post receive: %w", err)
+		}
+		s.posted++
+	}
+	return nil
+}
+
+// takeRx returns the buffer of a completed receive.
+func (s *stack) takeRx(id uint64) *buffer {
+	if id >= uint64(len(s.rx)) {
+		return nil
+	}
+	b := s.rx[id]
+	s.rx[id] = nil
+	s.rxFree = append(s.rxFree, uint32(id))
+	s.posted--
+	return b
+}
+
+func (s *stack) add(st *stream) {
+	s.mu.Lock()
+	s.streams[st.qp.QPN()] = st
+	s.mu.Unlock()
+}
+
+func (s *stack) remove(st *stream) {
+	s.mu.Lock()
+	if s.streams[st.qp.QPN()] == st {
+		delete(s.streams, st.qp.QPN())
+	}
+	s.mu.Unlock()
+}
+
+// poll is the stack's goroutine: it hands every completion to its
+// stream and keeps the SRQ topped up.
+func (s *stack) poll(ctx context.Context) {
+	defer s.wg.Done()
+	defer s.shutdown()
+	wcs := make([]vroce.WorkCompletion, 64)
+	for {
+		n, err := s.cq.PollWait(ctx, wcs)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, vroce.ErrClosed) {
+				// Overflow: completions were lost, so no stream's state
+				// can be trusted. (The CQ is deeper than every stream's
+				// work could fill; this is a safety net.)
+				s.failAll(fmt.Errorf("rsock: completion queue: %w", err))
+			}
+			return
+		}
+		recvs := 0
+		for i := range wcs[:n] {
+			wc := &wcs[i]
+			s.mu.Lock()
+			st := s.streams[wc.QPN]
+			var b *buffer
+			if wc.Opcode == vroce.WCRecv {
+				b = s.takeRx(wc.ID)
+				recvs++
+			}
+			s.mu.Unlock()
+			switch {
+			case b != nil && (st == nil || wc.Status != vroce.WCSuccess):
+				if st != nil {
+					st.onError(wc.Status)
+				}
+				s.putBuf(b)
+			case b != nil:
+				st.onRecv(b, wc)
+			case st != nil:
+				st.onSendDone(wc.Status)
+			}
+		}
+		s.mu.Lock()
+		if recvs > s.target/2 && s.target < maxPosted {
+			s.target = min(2*s.target, maxPosted) // bursts outrun the top-up
+		}
+		s.replenishLocked() // a failure leaves fewer posted; RNR covers it
+		s.mu.Unlock()
+	}
+}
+
+// qpAttr is every stream QP's shape: receives from the SRQ, a send queue
+// deep enough for a window of data and the control messages beside it.
+func qpAttr(s *stack) vroce.QPInitAttr {
+	return vroce.QPInitAttr{Type: vroce.RC, SendCQ: s.cq, RecvCQ: s.cq, SRQ: s.srq,
+		Cap: vroce.QPCap{MaxSendWR: 4 * window, MaxSendSGE: 1}}
+}

@@ -1,0 +1,545 @@
+package rsock
+
+import (
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"vroce.dev/netconn"
+	"vroce.dev/vroce"
+	"vroce.dev/vroce/cm"
+)
+
+// Every message is a SEND with immediate data: its kind in the top four
+// bits, and in the low sixteen the credits the sender grants back (how
+// many more data messages it will take). Data messages carry stream
+// bytes and use a credit; control messages carry none, use none, and
+// their receive buffer goes straight back to the SRQ.
+const (
+	kindData = iota
+	kindCredit
+	kindFIN
+	kindRST
+	kindKeepalive
+)
+
+func immediate(kind, grant int) uint32 { return uint32(kind)<<28 | uint32(min(grant, 0xffff)) }
+
+// Close behaviour.
+const (
+	// lingerTimeout bounds how long a closed stream waits for its data
+	// and FIN to be acknowledged and for the peer's FIN, before it resets.
+	lingerTimeout = 10 * time.Second
+	// resetTimeout bounds the wait for an RST to leave.
+	resetTimeout = time.Second
+)
+
+// chunk is one received message not yet read: in a held SRQ buffer, or
+// copied out when small.
+type chunk struct {
+	data []byte
+	buf  *buffer // nil when copied
+}
+
+// sent is a message posted and not yet completed, in posting order (an
+// RC QP completes sends in order).
+type sent struct {
+	buf  *buffer // nil for control messages
+	kind int
+}
+
+// stream is one connection: an RC QP and both halves of its state. It
+// implements netconn.Stream.
+type stream struct {
+	st        *stack
+	qp        *vroce.QP
+	id        *cm.ID // RDMA_CM connections disconnect on teardown
+	peerBuf   int    // the largest message the peer takes
+	keepAlive time.Duration
+
+	mu sync.Mutex
+	// Receiving.
+	rq      []chunk
+	owed    int  // credits earned by reading, not yet granted back
+	peerFIN bool // the peer will send no more
+	lastRx  time.Time
+	// Sending.
+	credits  int     // data messages the peer will take
+	pending  *buffer // bytes written and not yet sent
+	inflight []sent
+	wShut    bool // no more writes: FIN follows the data
+	finSent  bool
+	finDone  bool // the FIN's send completed
+	lastTx   time.Time
+	// Lifecycle.
+	closed  bool  // the application closed the stream
+	linger  int   // -1: orderly close; 0: reset on close
+	err     error // the stream failed (reset, timeout)
+	rstSent bool
+	gone    bool // QP destroyed, buffers released
+	timer   *time.Timer
+	rwake   chan struct{}
+	wwake   chan struct{}
+}
+
+func newStream(st *stack, qp *vroce.QP, keepAlive time.Duration) *stream {
+	return &stream{st: st, qp: qp, keepAlive: keepAlive, linger: -1,
+		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), lastRx: time.Now()}
+}
+
+// start sets what the peer said at connection time. Credits add up: a
+// message granting more may already have come.
+func (s *stream) start(peer streamHello) {
+	s.mu.Lock()
+	s.credits += peer.window
+	s.peerBuf = min(peer.bufSize, bufSize)
+	s.lastRx, s.lastTx = time.Now(), time.Now()
+	s.mu.Unlock()
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// Read implements netconn.Stream.
+func (s *stream) Read(p []byte, cancel <-chan struct{}) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		switch {
+		case s.closed:
+			return 0, net.ErrClosed
+		case len(s.rq) > 0:
+			n := s.readLocked(p)
+			if len(s.rq) > 0 || s.peerFIN || s.err != nil {
+				kick(s.rwake) // for another reader
+			}
+			return n, nil
+		case s.err != nil:
+			kick(s.rwake)
+			return 0, s.err
+		case s.peerFIN:
+			kick(s.rwake)
+			return 0, io.EOF
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.rwake:
+		case <-cancel:
+			s.mu.Lock()
+			return 0, netconn.ErrCanceled
+		}
+		s.mu.Lock()
+	}
+}
+
+// readLocked copies queued data into p, releasing what is consumed and
+// granting its credits back.
+func (s *stream) readLocked(p []byte) int {
+	n := 0
+	for n < len(p) && len(s.rq) > 0 {
+		c := &s.rq[0]
+		k := copy(p[n:], c.data)
+		n += k
+		c.data = c.data[k:]
+		if len(c.data) > 0 {
+			break
+		}
+		if c.buf != nil {
+			s.st.putBuf(c.buf)
+		}
+		s.rq[0] = chunk{}
+		s.rq = s.rq[1:]
+		s.owed++
+	}
+	if len(s.rq) == 0 {
+		s.rq = nil
+	}
+	if s.owed >= window/2 {
+		s.grantLocked()
+	}
+	return n
+}
+
+// grantLocked gives owed credits back: on data about to leave if there
+// is some, else in a credit message.
+func (s *stream) grantLocked() {
+	if s.gone || s.err != nil || s.owed == 0 {
+		return
+	}
+	if s.pending != nil && s.pending.n > 0 && s.credits > 0 {
+		s.flushLocked()
+		return
+	}
+	s.controlLocked(kindCredit)
+}
+
+// Write implements netconn.Stream.
+func (s *stream) Write(p []byte, cancel <-chan struct{}) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for {
+		switch {
+		case s.closed:
+			return n, net.ErrClosed
+		case s.err != nil:
+			return n, s.err
+		case s.wShut:
+			return n, syscall.EPIPE
+		case n == len(p):
+			return n, nil
+		}
+		if s.pending == nil {
+			b, err := s.st.getBuf()
+			if err != nil {
+				return n, err
+			}
+			s.pending = b
+		}
+		if room := s.peerBuf - s.pending.n; room > 0 {
+			k := copy(s.pending.data[s.pending.n:s.peerBuf], p[n:])
+			s.pending.n += k
+			n += k
+		}
+		s.flushLocked()
+		if n == len(p) {
+			continue
+		}
+		if s.pending != nil && s.pending.n == s.peerBuf {
+			// Full, and no credit to send it: wait for the peer to read.
+			s.mu.Unlock()
+			select {
+			case <-s.wwake:
+			case <-cancel:
+				s.mu.Lock()
+				return n, netconn.ErrCanceled
+			}
+			s.mu.Lock()
+		}
+	}
+}
+
+// flushLocked sends the pending data if the peer has a credit for it.
+func (s *stream) flushLocked() {
+	b := s.pending
+	if b == nil || b.n == 0 || s.credits == 0 || s.gone || s.err != nil {
+		return
+	}
+	wr := vroce.SendWR{Opcode: vroce.WRSendWithImm, Flags: vroce.SendSignaled, SGL: b.sge(b.n), Imm: immediate(kindData, s.owed)}
+	if err := s.qp.PostSend(wr); err != nil {
+		s.failLocked(syscall.ECONNRESET)
+		return
+	}
+	s.pending = nil
+	s.credits--
+	s.owed = 0
+	s.lastTx = time.Now()
+	s.inflight = append(s.inflight, sent{buf: b, kind: kindData})
+}
+
+// controlLocked sends a control message, granting what is owed.
+func (s *stream) controlLocked(kind int) bool {
+	if s.gone {
+		return false
+	}
+	wr := vroce.SendWR{Opcode: vroce.WRSendWithImm, Flags: vroce.SendSignaled, Imm: immediate(kind, s.owed)}
+	if err := s.qp.PostSend(wr); err != nil {
+		return false // the send queue is full or the QP failed: a later call retries
+	}
+	s.owed = 0
+	s.lastTx = time.Now()
+	s.inflight = append(s.inflight, sent{kind: kind})
+	return true
+}
+
+// advanceLocked moves the stream on after any change: sends what it
+// can, the FIN once the data is out, and tears down what is finished.
+// It reports whether the caller must finish the teardown.
+func (s *stream) advanceLocked() bool {
+	if s.gone {
+		return false
+	}
+	if s.err == nil {
+		s.flushLocked()
+		if s.credits > 0 && (s.pending == nil || s.pending.n < s.peerBuf) {
+			kick(s.wwake)
+		}
+		if s.wShut && !s.finSent && (s.pending == nil || s.pending.n == 0) && s.controlLocked(kindFIN) {
+			s.finSent = true
+		}
+	}
+	switch {
+	case !s.closed:
+		return false
+	case s.err != nil && (!s.rstSent || len(s.inflight) == 0):
+		return true
+	case s.finDone && s.peerFIN && len(s.inflight) == 0:
+		return true
+	}
+	return false
+}
+
+// CloseWrite implements netconn.Stream.
+func (s *stream) CloseWrite() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.wShut = true
+	s.advanceLocked()
+	return nil
+}
+
+// setID records the RDMA_CM connection, disconnected at teardown.
+func (s *stream) setID(id *cm.ID) {
+	s.mu.Lock()
+	s.id = id
+	s.mu.Unlock()
+}
+
+// SetLinger chooses what Close does: a negative sec (the default) sends
+// what is written and a FIN, in the background; zero resets the stream
+// at once, discarding unsent data, and the peer sees ECONNRESET. A
+// positive sec is the longest the background close may take before it
+// resets (at most ten seconds here).
+func (s *stream) SetLinger(sec int) {
+	s.mu.Lock()
+	s.linger = sec
+	s.mu.Unlock()
+}
+
+// Close implements netconn.Stream. It never blocks: an orderly close
+// finishes in the background, bounded by the linger time.
+func (s *stream) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	unread := len(s.rq) > 0
+	for _, c := range s.rq {
+		if c.buf != nil {
+			s.st.putBuf(c.buf)
+		}
+	}
+	s.rq = nil
+	kick(s.rwake)
+	kick(s.wwake)
+	wait := lingerTimeout
+	switch {
+	case s.err != nil:
+	case s.linger == 0 || unread:
+		// Closing with data unread tells the peer it was not, as TCP
+		// does: with a reset.
+		s.resetLocked()
+		wait = resetTimeout
+	default:
+		if s.linger > 0 {
+			wait = min(wait, time.Duration(s.linger)*time.Second)
+		}
+		s.wShut = true
+	}
+	done := s.advanceLocked()
+	if !done && !s.gone {
+		s.timer = time.AfterFunc(wait, s.expire)
+	}
+	s.mu.Unlock()
+	if done {
+		s.teardown(false)
+	}
+	return nil
+}
+
+// resetLocked sends an RST and fails the stream.
+func (s *stream) resetLocked() {
+	if s.err == nil {
+		s.err = syscall.ECONNRESET
+	}
+	if s.pending != nil {
+		s.st.putBuf(s.pending)
+		s.pending = nil
+	}
+	if !s.rstSent && s.controlLocked(kindRST) {
+		s.rstSent = true
+	}
+	kick(s.rwake)
+	kick(s.wwake)
+}
+
+// expire ends a close that took too long.
+func (s *stream) expire() {
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return
+	}
+	if s.err == nil {
+		s.resetLocked() // best effort: the QP may go before it leaves
+	}
+	s.mu.Unlock()
+	s.teardown(false)
+}
+
+// fail ends the stream with err, from a completion (onPoller) or the stack.
+func (s *stream) fail(err error, onPoller bool) {
+	s.mu.Lock()
+	s.failLocked(err)
+	done := s.advanceLocked()
+	s.mu.Unlock()
+	if done {
+		s.teardown(onPoller)
+	}
+}
+
+func (s *stream) failLocked(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+	kick(s.rwake)
+	kick(s.wwake)
+}
+
+// onRecv takes a received message (the poller's goroutine).
+func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
+	s.mu.Lock()
+	if wc.Flags&vroce.WCWithImm == 0 || s.gone {
+		s.mu.Unlock()
+		s.st.putBuf(b)
+		if !s.gone {
+			s.fail(syscall.EPROTO, true)
+		}
+		return
+	}
+	s.lastRx = time.Now()
+	s.credits += int(wc.Imm & 0xffff)
+	keep := false
+	switch int(wc.Imm >> 28) {
+	case kindData:
+		switch {
+		case s.closed || s.peerFIN:
+			// Data for a stream the application closed: as TCP, reset.
+			s.resetLocked()
+		case int(wc.ByteLen) <= smallCopy:
+			s.rq = append(s.rq, chunk{data: append([]byte(nil), b.data[:wc.ByteLen]...)})
+		default:
+			s.rq = append(s.rq, chunk{data: b.data[:wc.ByteLen], buf: b})
+			keep = true
+		}
+		kick(s.rwake)
+	case kindFIN:
+		s.peerFIN = true
+		kick(s.rwake)
+	case kindRST:
+		s.failLocked(syscall.ECONNRESET)
+	}
+	done := s.advanceLocked()
+	s.mu.Unlock()
+	if !keep {
+		s.st.putBuf(b)
+	}
+	if done {
+		s.teardown(true)
+	}
+}
+
+// onSendDone takes a send completion (the poller's goroutine).
+func (s *stream) onSendDone(status vroce.WCStatus) {
+	s.mu.Lock()
+	if len(s.inflight) == 0 || s.gone {
+		s.mu.Unlock()
+		return
+	}
+	m := s.inflight[0]
+	s.inflight[0] = sent{}
+	s.inflight = s.inflight[1:]
+	if len(s.inflight) == 0 {
+		s.inflight = nil
+	}
+	if m.buf != nil {
+		s.st.putBuf(m.buf)
+	}
+	switch {
+	case status == vroce.WCSuccess:
+	case status == vroce.WCRetryExcErr || status == vroce.WCRNRRetryExcErr:
+		s.failLocked(syscall.ETIMEDOUT) // the peer stopped answering
+	default:
+		s.failLocked(syscall.ECONNRESET)
+	}
+	if m.kind == kindFIN {
+		s.finDone = true
+	}
+	done := s.advanceLocked()
+	s.mu.Unlock()
+	if done {
+		s.teardown(true)
+	}
+}
+
+// onError takes a failed receive.
+func (s *stream) onError(status vroce.WCStatus) {
+	if status != vroce.WCWRFlushErr {
+		s.fail(syscall.ECONNRESET, true)
+	}
+}
+
+// keepaliveCheck probes an idle stream; it returns the stream's period
+// (0: no keepalive).
+func (s *stream) keepaliveCheck(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keepAlive <= 0 || s.gone || s.err != nil {
+		return 0
+	}
+	if now.Sub(s.lastRx) >= s.keepAlive && now.Sub(s.lastTx) >= s.keepAlive/2 {
+		s.controlLocked(kindKeepalive)
+	}
+	return s.keepAlive
+}
+
+// teardown releases the stream's QP and buffers once it is finished.
+func (s *stream) teardown(onPoller bool) {
+	s.mu.Lock()
+	if s.gone {
+		s.mu.Unlock()
+		return
+	}
+	s.gone = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	for _, c := range s.rq {
+		if c.buf != nil {
+			s.st.putBuf(c.buf)
+		}
+	}
+	s.rq = nil
+	for _, m := range s.inflight {
+		if m.buf != nil {
+			s.st.putBuf(m.buf)
+		}
+	}
+	s.inflight = nil
+	if s.pending != nil {
+		s.st.putBuf(s.pending)
+		s.pending = nil
+	}
+	id := s.id
+	s.mu.Unlock()
+	s.st.remove(s)
+	if id != nil {
+		id.Disconnect()
+	}
+	s.qp.Destroy()
+	s.st.unref(onPoller)
+}
