@@ -31,7 +31,7 @@ const (
 type buffer struct {
 	mr   *vroce.MR
 	data []byte
-	n    int         // bytes in use
+	n    int          // bytes in use
 	sgl  [1]vroce.SGE // for posting without allocating
 }
 

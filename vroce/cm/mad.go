@@ -30,13 +30,13 @@ const (
 	methodSend   = 0x03
 
 	// Where each message's private data lives and how much there is.
-	reqPrivOff, reqPrivLen   = 140, 92
-	repPrivOff, repPrivLen   = 36, 196
-	rejPrivOff, rejPrivLen   = 84, 148
-	rtuPrivOff, rtuPrivLen   = 8, 224
-	mraPrivOff, mraPrivLen   = 10, 222
-	dreqPrivOff, dreqPrivLen = 12, 220
-	drepPrivOff, drepPrivLen = 8, 224
+	reqPrivOff, reqPrivLen         = 140, 92
+	repPrivOff, repPrivLen         = 36, 196
+	rejPrivOff, rejPrivLen         = 84, 148
+	rtuPrivOff, rtuPrivLen         = 8, 224
+	mraPrivOff, mraPrivLen         = 10, 222
+	dreqPrivOff, dreqPrivLen       = 12, 220
+	drepPrivOff, drepPrivLen       = 8, 224
 	sidrReqPrivOff, sidrReqPrivLen = 16, 216
 	sidrRepPrivOff, sidrRepPrivLen = 96, 136
 

@@ -131,7 +131,7 @@ type Manager struct {
 	// Passive connections recently ended, by the peer's ID, so that a late
 	// copy of their REQ cannot raise them again (the IBA's TimeWait).
 	timeWait      map[remoteKey]int64
-	timeWaitQueue []timeWaitEntry // in expiry order
+	timeWaitQueue []timeWaitEntry             // in expiry order
 	probes        map[uint32]chan ProbeResult // Probe calls waiting, by request ID
 }
 
