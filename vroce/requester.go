@@ -326,6 +326,11 @@ func (r *requester) pump(qp *QP, b *txBatch) {
 			if int(psnDiff(r.sndNxt, r.sndUna)) >= r.window() {
 				break
 			}
+			if r.sndUna == r.sndNxt {
+				// Idle until now: the retry_cnt clock starts here, not at
+				// the last ACK of long ago.
+				r.progressAt = now
+			}
 			w.assigned, w.psn, w.npsn = true, r.sndNxt, w.packets(mtu)
 			r.sndNxt = psnAdd(r.sndNxt, w.npsn)
 			r.nextPSN = w.psn

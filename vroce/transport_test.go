@@ -145,6 +145,23 @@ func TestVanishedPeerExhaustsRetries(t *testing.T) {
 	waitEvent(t, a.Dev, vroce.EventQPFatal, func(ev vroce.AsyncEvent) bool { return ev.QP == a.QP })
 }
 
+// TestIdleLongerThanTheRetryBudget: a QP idle for longer than retry_cnt+1
+// local ACK timeouts, whose next message needs a retransmission, recovers
+// it. (The retry clock once ran from the last ACK before the idle time,
+// and failed such a QP at its first timer.)
+func TestIdleLongerThanTheRetryBudget(t *testing.T) {
+	o := defaultOpts()
+	o.Timeout, o.Retry = 8, 1 // 1 ms; fail after 2 ms without progress
+	a, b, network := simPair(t, o)
+	transfer(t, a, b, 4096, 1024)
+	time.Sleep(20 * time.Millisecond) // idle: ten times the budget
+	network.DropNext(a.Dev.LocalAddr(), 1)
+	if err := a.QP.PostSend(vroce.SendWR{ID: 9, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, 512)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	mustSucceed(t, waitCompletions(t, a.CQ, 1, 5*time.Second))
+}
+
 // transfer writes size bytes a->b in messages of msg bytes, then reads them
 // back b->a, SENDs them, and checks every byte.
 func transfer(t *testing.T, a, b *node, size, msg int) {
