@@ -99,17 +99,18 @@ type requester struct {
 	rdInFlight  int // READs and atomics sent and not completed
 	sinceAckReq int
 
-	rtt        rttEstimator
-	cc         congestion
-	backoff    int
-	rtoAt      int64 // retransmission timeout, 0 when nothing is in flight
-	probeAt    int64 // tail-loss probe
-	rnrAt      int64 // end of an RNR wait
-	paceAt     int64 // when the pacer lets the next packet go
-	progressAt int64 // last time anything was acknowledged
-	rnrLeft    int
-	rnrWait    bool
-	undo       float64 // the window before the last timeout, while it may prove spurious
+	rtt         rttEstimator
+	cc          congestion
+	backoff     int
+	freshSample bool  // an RTT sample since the RTO last backed off
+	rtoAt       int64 // retransmission timeout, 0 when nothing is in flight
+	probeAt     int64 // tail-loss probe
+	rnrAt       int64 // end of an RNR wait
+	paceAt      int64 // when the pacer lets the next packet go
+	progressAt  int64 // last time anything was acknowledged
+	rnrLeft     int
+	rnrWait     bool
+	undo        float64 // the window before the last timeout, while it may prove spurious
 
 	drainReported bool
 }
@@ -655,7 +656,7 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 		r.delivered(p, now)
 	}
 	if sample != 0 {
-		r.rtt.sample(now - sample)
+		r.sampleRTT(now - sample)
 	}
 }
 
@@ -698,7 +699,7 @@ func (r *requester) onSACK(s *wire.SACK, now int64) {
 				r.lostCount--
 			}
 			if !st.retx {
-				r.rtt.sample(now - st.sentAt)
+				r.sampleRTT(now - st.sentAt)
 			}
 			r.noteReceived(p, st.sentAt)
 		}
@@ -786,10 +787,16 @@ func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64) {
 	w.scatter(p.Payload, off)
 	st := r.pkt(psn)
 	if !st.retx {
-		r.rtt.sample(now - st.sentAt)
+		r.sampleRTT(now - st.sentAt)
 	}
 	r.delivered(psn, now)
 	r.detectLosses(qp, now)
+}
+
+// sampleRTT takes an RTT sample of a packet sent once.
+func (r *requester) sampleRTT(d int64) {
+	r.rtt.sample(d)
+	r.freshSample = true
 }
 
 // advance moves sndUna over delivered PSNs and records progress.
@@ -804,7 +811,13 @@ func (r *requester) advance(qp *QP, now int64) {
 	}
 	r.cc.onAck(moved, r.rtt.latest, r.rtt.minRTT, r.rtt.srtt, now)
 	r.progressAt = now
-	r.backoff = 0
+	if r.freshSample {
+		// Karn: only an RTT measured on a packet sent once may shrink a
+		// backed-off RTO. Progress on resent packets alone keeps it, or a
+		// host slower than the RTO would resend every packet, sample
+		// none, and never learn.
+		r.backoff, r.freshSample = 0, false
+	}
 	r.rnrLeft = int(qp.attr.RNRRetry)
 	if r.undo != 0 && r.cc.slowStart {
 		r.undo = 0 // the resends are being acknowledged: the timeout was real

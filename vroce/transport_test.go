@@ -151,10 +151,9 @@ func TestVanishedPeerExhaustsRetries(t *testing.T) {
 // and failed such a QP at its first timer.)
 func TestIdleLongerThanTheRetryBudget(t *testing.T) {
 	o := defaultOpts()
-	o.Timeout, o.Retry = 8, 1 // 1 ms; fail after 2 ms without progress
+	o.Timeout, o.Retry = 12, 1 // 16.8 ms; fail after 33.5 ms without progress
 	a, b, network := simPair(t, o)
-	transfer(t, a, b, 4096, 1024)
-	time.Sleep(20 * time.Millisecond) // idle: ten times the budget
+	time.Sleep(100 * time.Millisecond) // idle since the QP was made: three budgets
 	network.DropNext(a.Dev.LocalAddr(), 1)
 	if err := a.QP.PostSend(vroce.SendWR{ID: 9, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, 512)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}); err != nil {
 		t.Fatal(err)
