@@ -3,6 +3,7 @@ package rsock
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -66,6 +67,25 @@ func (c *TCPConn) Read(p []byte) (int, error) {
 	n := copy(p, c.prefix)
 	c.prefix = c.prefix[n:]
 	return n, nil
+}
+
+// WriteTo writes what the connection reads to w, the prefix first: the
+// embedded TCPConn's WriteTo would skip it.
+func (c *TCPConn) WriteTo(w io.Writer) (int64, error) {
+	c.mu.Lock()
+	prefix := c.prefix
+	c.prefix = nil
+	c.mu.Unlock()
+	var n int64
+	if len(prefix) > 0 {
+		k, err := w.Write(prefix)
+		n += int64(k)
+		if err != nil {
+			return n, err
+		}
+	}
+	k, err := c.TCPConn.WriteTo(w)
+	return n + k, err
 }
 
 // SetDeadline implements net.Conn.

@@ -26,6 +26,9 @@ const (
 	ModeCM = "cm"
 )
 
+// probeWait is the least a SOCKET dial waits for a silent probe.
+const probeWait = 200 * time.Millisecond
+
 // DefaultKeepAlive is the idle time before a stream probes its peer.
 const DefaultKeepAlive = 15 * time.Second
 
@@ -105,8 +108,13 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		if errors.As(err, &op) {
 			return nil, err
 		}
-		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		// As net does: a dial out of time is a timeout (net.Error), one
+		// cancelled is context.Canceled.
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+			err = os.ErrDeadlineExceeded
+		case ctx.Err() != nil:
+			err = ctx.Err()
 		}
 		return nil, &net.OpError{Op: "dial", Net: network, Addr: tcpAddr(raddr), Err: err}
 	}
@@ -272,9 +280,12 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 		return nil, err
 	}
 	tc := c.(*net.TCPConn)
-	// The probe went out with the SYN; give its answer a few more round
-	// trips than the connect took.
-	wait := time.NewTimer(max(4*time.Since(start), 10*time.Millisecond))
+	// The probe went out with the SYN; a host with nothing on the UDP
+	// port has answered by now (ICMP), a vRoCE service soon will. Give a
+	// silent one a few more round trips than the connect took, and a busy
+	// host's scheduling delay: falling back on a vRoCE service is safe
+	// (it serves the stream over TCP) but slow.
+	wait := time.NewTimer(max(4*time.Since(start), probeWait))
 	var r cm.ProbeResult
 	select {
 	case r = <-probed:
@@ -312,7 +323,7 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 // not yet ready.
 func exchange(ctx context.Context, c net.Conn, r io.Reader, s *stream) error {
 	rc := readerConn{Conn: c, r: r}
-	peer, err := cm.ConnectSocket(ctx, rc, s.qp, cm.Params{PrivateData: ourHello().marshal()})
+	peer, err := cm.ConnectSocket(ctx, rc, s.qp, qpParams())
 	if err != nil {
 		return err
 	}
@@ -362,7 +373,7 @@ func (d *Dialer) dialCM(ctx context.Context, network string, raddr netip.AddrPor
 	if err != nil {
 		return nil, err
 	}
-	id, err := st.cm.Connect(ctx, s.qp, raddr, cm.Params{PrivateData: ourHello().marshal()})
+	id, err := st.cm.Connect(ctx, s.qp, raddr, qpParams())
 	if err != nil {
 		s.teardown(false)
 		var rej *cm.RejectError
@@ -399,3 +410,12 @@ func (s *stack) newStream(keepAlive time.Duration) (*stream, error) {
 }
 
 func portString(p uint16) string { return strconv.Itoa(int(p)) }
+
+// qpParams shape every stream QP's connection. The local ACK timeout is
+// 18 (1.07 s): the QP fails after eight of them without progress, about
+// nine seconds, which a busy host's scheduling delays do not reach (two
+// seconds did, on two loaded cores under the race detector) and a dead
+// peer's keepalive soon does. TCP takes minutes.
+func qpParams() cm.Params {
+	return cm.Params{Timeout: 18, PrivateData: ourHello().marshal()}
+}

@@ -270,7 +270,7 @@ func (l *Listener) acceptCM() {
 			continue
 		}
 		s.start(hello)
-		id, err := req.Accept(s.qp, cm.Params{PrivateData: ourHello().marshal()})
+		id, err := req.Accept(s.qp, qpParams())
 		if err != nil {
 			s.teardown(false)
 			continue

@@ -52,15 +52,17 @@ type stack struct {
 	cm     *cm.Manager
 	onIdle func() // called once the last reference is gone
 
-	mu      sync.Mutex // guards everything below
-	streams map[uint32]*stream
-	refs    int
-	closed  bool
-	free    []*buffer
-	rx      []*buffer // posted receives, by WR ID
-	rxFree  []uint32
-	target  int // receives to keep posted
-	posted  int
+	mu         sync.Mutex // guards everything below
+	streams    map[uint32]*stream
+	refs       int
+	closed     bool
+	free       []*buffer
+	rx         []*buffer // posted receives, by WR ID
+	rxFree     []uint32
+	target     int // receives to keep posted
+	posted     int
+	downs      []*stream          // disconnect notices for the poller
+	wakePoller context.CancelFunc // interrupts the poller's wait
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -90,7 +92,7 @@ func openStack(c stackConfig) (*stack, error) {
 	if s.srq, err = s.pd.CreateSRQ(vroce.SRQAttr{MaxWR: maxPosted, MaxSGE: 1}); err != nil {
 		return fail(err)
 	}
-	if s.cm, err = cm.New(dev, cm.Config{MaxBacklog: c.backlog}); err != nil {
+	if s.cm, err = cm.New(dev, cm.Config{MaxBacklog: c.backlog, OnEvent: s.onCMEvent}); err != nil {
 		return fail(err)
 	}
 	s.mu.Lock()
@@ -143,8 +145,23 @@ func (s *stack) unref(onPoller bool) {
 	}
 }
 
-// shutdown releases the device; the poller runs it as it exits.
+// shutdown releases the device; the poller runs it as it exits. If the
+// last streams' DREQs still wait for answers, the device stays open for
+// them (two seconds at most) in the background: Close never blocks.
 func (s *stack) shutdown() {
+	if s.cm.Stats().Connections == 0 {
+		s.release()
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.cm.Drain(ctx)
+		cancel()
+		s.release()
+	}()
+}
+
+func (s *stack) release() {
 	s.cm.Close()
 	s.dev.Close()
 	liveStacks.Add(-1)
@@ -294,7 +311,13 @@ func (s *stack) poll(ctx context.Context) {
 	defer s.shutdown()
 	wcs := make([]vroce.WorkCompletion, 64)
 	for {
-		n, err := s.cq.PollWait(ctx, wcs)
+		n, err := s.cq.Poll(wcs)
+		if err == nil && n == 0 {
+			err = s.idle(ctx)
+			if err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, vroce.ErrClosed) {
 				// Overflow: completions were lost, so no stream's state
@@ -328,12 +351,66 @@ func (s *stack) poll(ctx context.Context) {
 			}
 		}
 		s.mu.Lock()
-		if recvs > s.target/2 && s.target < maxPosted {
-			s.target = min(2*s.target, maxPosted) // bursts outrun the top-up
+		if recvs > 0 && s.srq.Len() < s.target/4 && s.target < maxPosted {
+			// Arrivals outran the top-up: the next burst would meet an
+			// empty SRQ and draw RNR NAKs.
+			s.target = min(2*s.target, maxPosted)
 		}
 		s.replenishLocked() // a failure leaves fewer posted; RNR covers it
 		s.mu.Unlock()
 	}
+}
+
+// idle runs when the CQ is empty: it hands the streams their disconnect
+// notices, then waits for a completion or another notice. A notice is
+// handled only here, after every completion that came before it (the FIN
+// and the data before the peer's DREQ), so that an orderly end is not
+// taken for a reset.
+func (s *stack) idle(ctx context.Context) error {
+	s.mu.Lock()
+	downs := s.downs
+	s.downs = nil
+	s.mu.Unlock()
+	for _, st := range downs {
+		st.onDisconnect()
+	}
+	if len(downs) > 0 {
+		return nil
+	}
+	wctx, wake := context.WithCancel(ctx)
+	defer wake()
+	s.mu.Lock()
+	s.wakePoller = wake
+	pending := len(s.downs) > 0
+	s.mu.Unlock()
+	if pending {
+		return nil
+	}
+	err := s.cq.Wait(wctx)
+	s.mu.Lock()
+	s.wakePoller = nil
+	s.mu.Unlock()
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		return nil // woken for a notice
+	}
+	return err
+}
+
+// onCMEvent hears of RDMA_CM disconnects (on the device's receive
+// goroutine): the peer's QP is gone and ours is in ERR, which a stream
+// with nothing to send would never see. The poller tells the stream.
+func (s *stack) onCMEvent(e cm.Event) {
+	if e.Type != cm.EventDisconnected || e.ID.QP() == nil {
+		return
+	}
+	s.mu.Lock()
+	if st := s.streams[e.ID.QP().QPN()]; st != nil {
+		s.downs = append(s.downs, st)
+		if s.wakePoller != nil {
+			s.wakePoller()
+		}
+	}
+	s.mu.Unlock()
 }
 
 // qpAttr is every stream QP's shape: receives from the SRQ, a send queue

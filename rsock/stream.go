@@ -78,6 +78,7 @@ type stream struct {
 	linger  int   // -1: orderly close; 0: reset on close
 	err     error // the stream failed (reset, timeout)
 	rstSent bool
+	qpDown  bool // the peer disconnected: the QP is in ERR
 	gone    bool // QP destroyed, buffers released
 	timer   *time.Timer
 	rwake   chan struct{}
@@ -172,8 +173,8 @@ func (s *stream) readLocked(p []byte) int {
 // grantLocked gives owed credits back: on data about to leave if there
 // is some, else in a credit message.
 func (s *stream) grantLocked() {
-	if s.gone || s.err != nil || s.owed == 0 {
-		return
+	if s.gone || s.err != nil || s.owed == 0 || s.peerFIN {
+		return // after its FIN the peer sends nothing more to grant for
 	}
 	if s.pending != nil && s.pending.n > 0 && s.credits > 0 {
 		s.flushLocked()
@@ -282,8 +283,12 @@ func (s *stream) advanceLocked() bool {
 		return false
 	case s.err != nil && (!s.rstSent || len(s.inflight) == 0):
 		return true
-	case s.finDone && s.peerFIN && len(s.inflight) == 0:
+	case s.finDone && s.peerFIN:
+		// Both ends are done; whatever is still in flight after our FIN
+		// (a credit, a keepalive) no longer matters to anyone.
 		return true
+	case s.qpDown && s.peerFIN:
+		return true // our FIN's completion may never come from a QP in ERR
 	}
 	return false
 }
@@ -479,6 +484,22 @@ func (s *stream) onSendDone(status vroce.WCStatus) {
 	if m.kind == kindFIN {
 		s.finDone = true
 	}
+	done := s.advanceLocked()
+	s.mu.Unlock()
+	if done {
+		s.teardown(true)
+	}
+}
+
+// onDisconnect: the RDMA_CM connection ended (the device's receive
+// goroutine, which must not wait). After the peer's FIN that is the
+// orderly end; before it, the peer is gone: a reset.
+func (s *stream) onDisconnect() {
+	s.mu.Lock()
+	if !s.peerFIN {
+		s.failLocked(syscall.ECONNRESET)
+	}
+	s.qpDown = true
 	done := s.advanceLocked()
 	s.mu.Unlock()
 	if done {

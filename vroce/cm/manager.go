@@ -133,6 +133,7 @@ type Manager struct {
 	timeWait      map[remoteKey]int64
 	timeWaitQueue []timeWaitEntry             // in expiry order
 	probes        map[uint32]chan ProbeResult // Probe calls waiting, by request ID
+	drained       chan struct{}               // closed when the last connection goes, for Drain
 }
 
 // timeWaitPeriod outlasts any copy of a REQ still in the network.
@@ -263,6 +264,32 @@ func (m *Manager) remove(id *ID) {
 	id.state = stGone
 	m.stopTimer(id)
 	id.out = nil
+	if len(m.ids) == 0 && m.drained != nil {
+		close(m.drained)
+		m.drained = nil
+	}
+}
+
+// Drain waits until the manager holds no connection (every disconnect
+// answered or given up on), or ctx ends: a process closing its last
+// connections calls it before Close, which would cut their DREQs short.
+func (m *Manager) Drain(ctx context.Context) error {
+	m.mu.Lock()
+	if len(m.ids) == 0 || m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	if m.drained == nil {
+		m.drained = make(chan struct{})
+	}
+	c := m.drained
+	m.mu.Unlock()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // arm schedules id's retransmission for its current try.
