@@ -34,6 +34,8 @@ const (
 	lingerTimeout = 10 * time.Second
 	// resetTimeout bounds the wait for an RST to leave.
 	resetTimeout = time.Second
+	// timeWait is how long a finished stream's QP outlives it.
+	timeWait = 500 * time.Millisecond
 )
 
 // chunk is one received message not yet read: in a held SRQ buffer, or
@@ -556,11 +558,22 @@ func (s *stream) teardown(onPoller bool) {
 		s.pending = nil
 	}
 	id := s.id
+	orderly := s.err == nil && !s.qpDown
 	s.mu.Unlock()
 	s.st.remove(s)
-	if id != nil {
-		id.Disconnect()
+	release := func(onPoller bool) {
+		if id != nil {
+			id.Disconnect()
+		}
+		s.qp.Destroy()
+		s.st.unref(onPoller)
 	}
-	s.qp.Destroy()
-	s.st.unref(onPoller)
+	if orderly {
+		// As TCP's TIME_WAIT: the QP stays a moment to acknowledge the
+		// peer's FIN again should our ACK be lost, or the peer would
+		// retry until its retry_cnt ran out.
+		time.AfterFunc(timeWait, func() { release(false) })
+		return
+	}
+	release(onPoller)
 }
