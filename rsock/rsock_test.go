@@ -19,12 +19,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // background and its device to close.
 func settle(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for liveStacks.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d stacks still open", liveStacks.Load())
-		}
-		time.Sleep(time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := Drain(ctx); err != nil {
+		t.Fatalf("%d stacks still open: %v", liveStacks.Load(), err)
 	}
 }
 

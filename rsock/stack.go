@@ -164,7 +164,41 @@ func (s *stack) shutdown() {
 func (s *stack) release() {
 	s.cm.Close()
 	s.dev.Close()
-	liveStacks.Add(-1)
+	if liveStacks.Add(-1) == 0 {
+		drain.mu.Lock()
+		for _, c := range drain.waiters {
+			close(c)
+		}
+		drain.waiters = nil
+		drain.mu.Unlock()
+	}
+}
+
+var drain struct {
+	mu      sync.Mutex
+	waiters []chan struct{}
+}
+
+// Drain waits until every stream and listener this process closed has
+// finished closing in the background (its FIN or DREQ answered, its
+// device released), or ctx ends. A program about to exit calls it after
+// closing its connections, so that its peers see them end cleanly; a
+// listener or connection still open keeps Drain waiting.
+func Drain(ctx context.Context) error {
+	drain.mu.Lock()
+	if liveStacks.Load() == 0 {
+		drain.mu.Unlock()
+		return nil
+	}
+	c := make(chan struct{})
+	drain.waiters = append(drain.waiters, c)
+	drain.mu.Unlock()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // liveStacks counts the stacks whose device is open: streams close in

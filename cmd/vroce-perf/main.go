@@ -28,7 +28,7 @@ import (
 var tests = map[string]bool{
 	"send_bw": true, "write_bw": true, "read_bw": true,
 	"send_lat": true, "write_lat": true, "read_lat": true, "atomic_lat": true,
-	"conn_rate": true,
+	"conn_rate": true, "stream_bw": true, "stream_lat": true,
 }
 
 // config is a run's parameters; the client sends it to the server.
@@ -67,7 +67,8 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, `usage: vroce-perf TEST [flags] [SERVER]
 
 TEST is one of send_bw, write_bw, read_bw, send_lat, write_lat, read_lat,
-atomic_lat, or conn_rate (connections per second and memory per idle QP).
+atomic_lat; conn_rate (connections per second and memory per idle QP);
+stream_bw and stream_lat (rsock streams, the net.Conn layer).
 Without SERVER the command waits for a client; with it, it connects; with
 --loopback both ends run in this process.
 
@@ -137,7 +138,7 @@ func defineFlags(c *config) {
 	fs.IntVar(&c.Iters, "iters", 0, "same as -n")
 	fs.IntVar(&c.MTU, "mtu", 0, "path MTU: 256, 512, 1024, 2048 or 4096 (default: the largest the link carries)")
 	fs.IntVar(&c.QPs, "qps", 1, "queue pairs (bandwidth tests spread iterations across them; conn_rate connects this many)")
-	fs.StringVar(&c.Mode, "mode", "cm", "conn_rate: how QPs connect: cm (RDMA_CM) or socket (a TCP exchange each)")
+	fs.StringVar(&c.Mode, "mode", "", "conn_rate and stream tests: how QPs connect: cm (RDMA_CM) or socket (a TCP exchange each); default cm for conn_rate, $RSOCK_MODE then socket for streams")
 	fs.IntVar(&c.Backlog, "backlog", 0, "conn_rate --mode cm: the server's listen backlog and max_backlog (default 1024)")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "conn_rate: connects in flight at once (default min(qps, 4096))")
 	fs.IntVar(&c.TxDepth, "tx-depth", 128, "outstanding work requests per QP (bandwidth tests)")
@@ -189,7 +190,7 @@ func (c *config) finish() error {
 		return fmt.Errorf("qps %d out of range 1-%d", c.QPs, 1<<23)
 	case c.Test != "conn_rate" && (c.QPs < 1 || c.QPs > 1024):
 		return fmt.Errorf("qps %d out of range 1-1024", c.QPs)
-	case c.Test == "conn_rate" && c.Mode != "cm" && c.Mode != "socket":
+	case c.Mode != "" && c.Mode != "cm" && c.Mode != "socket":
 		return fmt.Errorf("--mode %q: cm or socket", c.Mode)
 	case c.Backlog < 0 || c.Backlog > 1<<20 || c.Concurrency < 0:
 		return fmt.Errorf("--backlog is 0-%d and --concurrency is not negative", 1<<20)
@@ -212,6 +213,9 @@ func (c *config) finish() error {
 		c.QPs = 1
 	}
 	if c.Test == "conn_rate" {
+		if c.Mode == "" {
+			c.Mode = "cm"
+		}
 		if c.Backlog == 0 {
 			c.Backlog = 1024
 		}

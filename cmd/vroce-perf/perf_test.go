@@ -211,3 +211,35 @@ func checkConnRate(t *testing.T, results []*result, cfg *config) {
 		}
 	}
 }
+
+// TestStreamTests runs stream_bw and stream_lat over rsock in both modes,
+// verified, next to TCP, on the real UDP provider and on the simulated
+// network with loss.
+func TestStreamTests(t *testing.T) {
+	for _, c := range []struct{ provider, mode string }{{"udp", "socket"}, {"udp", "cm"}, {"sim", "cm"}} {
+		for _, test := range []string{"stream_bw", "stream_lat"} {
+			t.Run(c.provider+"/"+c.mode+"/"+test, func(t *testing.T) {
+				cfg := &config{Test: test, Provider: c.provider, Mode: c.mode, Iters: 200, Size: 10000, TxDepth: 1, QPs: 1,
+					Verify: true, Loopback: true, Compare: "tcp", quietProg: true}
+				if c.provider == "sim" {
+					cfg.Loss = 0.01
+				}
+				if err := cfg.finish(); err != nil {
+					t.Fatal(err)
+				}
+				results, err := run(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(results) != 2 || results[0].Provider != c.provider || results[1].Provider != "tcp" || results[0].Mode != c.mode {
+					t.Fatalf("results %+v", results)
+				}
+				for _, r := range results {
+					if !r.Verified || r.Iterations != 200 || r.Seconds <= 0 || (test == "stream_bw" && r.BWAvg <= 0) || (test == "stream_lat" && r.LatTypical <= 0) {
+						t.Fatalf("result %+v", r)
+					}
+				}
+			})
+		}
+	}
+}

@@ -72,7 +72,18 @@ func (r *result) print(w io.Writer, asJSON bool) {
 		}
 		return
 	}
-	fmt.Fprintf(w, " %s over %s, %d QP(s), MTU %d, verified: %v\n", r.Test, r.Provider, r.QPs, r.MTU, r.Verified)
+	if len(r.Test) > 7 && r.Test[:7] == "stream_" {
+		mode := r.Mode
+		if mode == "" {
+			mode = "socket"
+		}
+		if r.Provider == "tcp" {
+			mode = "kernel"
+		}
+		fmt.Fprintf(w, " %s over %s (%s), verified: %v\n", r.Test, r.Provider, mode, r.Verified)
+	} else {
+		fmt.Fprintf(w, " %s over %s, %d QP(s), MTU %d, verified: %v\n", r.Test, r.Provider, r.QPs, r.MTU, r.Verified)
+	}
 	if r.Test == "" || r.isLat() {
 		fmt.Fprintf(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec]\n")
 		fmt.Fprintf(w, " %-6d %-11d %-14.2f %-14.2f %-16.2f %-14.2f %-15.2f %-22.2f %.2f\n",
@@ -81,7 +92,7 @@ func (r *result) print(w io.Writer, asJSON bool) {
 		fmt.Fprintf(w, " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n")
 		fmt.Fprintf(w, " %-10d %-14d %-19.2f %-21.2f %.6f\n", r.Bytes, r.Iterations, r.BWPeak, r.BWAvg, r.MsgRate)
 	}
-	if r.Provider != "tcp" {
+	if r.Provider != "tcp" && r.Test[:7] != "stream_" {
 		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",
 			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, r.CWnd, r.SRTT)
 	}

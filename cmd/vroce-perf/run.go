@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 
 	"vroce.dev/providers/sim"
 	"vroce.dev/vroce"
@@ -140,6 +141,9 @@ func drive(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 	if cfg.Test == "conn_rate" {
 		return driveConnRate(cfg, c, network)
 	}
+	if strings.HasPrefix(cfg.Test, "stream_") {
+		return driveStream(cfg, c, network)
+	}
 	s, err := newSide(cfg, cfg.devConfig("client", network))
 	if err != nil {
 		return nil, err
@@ -215,6 +219,9 @@ func serve(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 	}
 	if run.Test == "conn_rate" {
 		return nil, serveConnRate(cfg, c, network, &run)
+	}
+	if strings.HasPrefix(run.Test, "stream_") {
+		return nil, serveStream(c, network, &run)
 	}
 	s, err := newSide(&run, run.devConfig("server", network))
 	if err != nil {

@@ -200,8 +200,19 @@ func (n *Network) Attach(addr netip.AddrPort) (*Endpoint, error) {
 		}
 	}
 	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
-	if addr.Addr().IsUnspecified() || addr.Port() == 0 {
-		return nil, fmt.Errorf("sim: attach: %v needs a specific address and port", addr)
+	if addr.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("sim: attach: %v needs a specific address", addr)
+	}
+	if addr.Port() == 0 { // an ephemeral port, as a socket gets
+		for p := uint16(49152); ; p++ {
+			if a := netip.AddrPortFrom(addr.Addr(), p); n.eps[a] == nil {
+				addr = a
+				break
+			}
+			if p == 65535 {
+				return nil, fmt.Errorf("sim: attach: no free port on %v", addr.Addr())
+			}
+		}
 	}
 	if n.eps[addr] != nil {
 		return nil, fmt.Errorf("sim: attach: address %v in use", addr)
