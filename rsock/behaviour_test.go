@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
@@ -413,6 +415,40 @@ func TestKeepaliveFindsADeadPeer(t *testing.T) {
 	c.Close()
 	network.Heal() // the DREQ gets through, and the server's stream ends
 	s.Close()
+	l.Close()
+	settle(t)
+}
+
+// TestPeerProcessKilledMidTransfer: another process streams to us and is
+// killed (no FIN, no DREQ, its UDP port just goes). The reader gets the
+// data that arrived, then, its keepalive unanswered, ETIMEDOUT.
+func TestPeerProcessKilledMidTransfer(t *testing.T) {
+	l := listen(t, &ListenConfig{KeepAlive: 100 * time.Millisecond}, "127.0.0.1:0")
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), "RSOCK_TEST_WRITER="+l.Addr().String())
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if transport(c) != "vroce" {
+		t.Fatalf("transport %s", transport(c))
+	}
+	if _, err := io.ReadFull(c, make([]byte, 4<<20)); err != nil {
+		t.Fatal(err)
+	}
+	child.Process.Kill()
+	child.Wait()
+	start := time.Now()
+	_, err = io.Copy(io.Discard, c)
+	if !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("reading from a killed peer: %v, want ETIMEDOUT", err)
+	}
+	t.Logf("the killed peer found after %v", time.Since(start).Round(time.Millisecond))
+	c.Close()
 	l.Close()
 	settle(t)
 }

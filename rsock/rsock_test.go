@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -13,7 +14,26 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if addr := os.Getenv("RSOCK_TEST_WRITER"); addr != "" {
+		writeForever(addr) // the child of TestPeerProcessKilledMidTransfer
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// writeForever dials addr and writes until it is killed.
+func writeForever(addr string) {
+	c, err := Dial("tcp", addr)
+	if err != nil {
+		os.Exit(2)
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		if _, err := c.Write(buf); err != nil {
+			os.Exit(3)
+		}
+	}
+}
 
 // settle waits for every stream of the test to finish closing in the
 // background and its device to close.
