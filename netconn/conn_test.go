@@ -18,15 +18,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // pipe is an in-memory Stream: one direction of a byte queue with room
 // for cap bytes, and its twin for the other direction.
 type pipe struct {
-	mu      sync.Mutex
-	buf     []byte
-	cap     int
-	eof     bool // the writer closed
-	closed  bool // the reader closed
-	readyR  chan struct{}
-	readyW  chan struct{}
-	twin    *pipe // the other direction
-	closing sync.Once
+	mu     sync.Mutex
+	buf    []byte
+	cap    int
+	eof    bool // the writer closed
+	closed bool // the reader closed
+	readyR chan struct{}
+	readyW chan struct{}
 }
 
 type memStream struct{ in, out *pipe }
