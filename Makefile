@@ -10,6 +10,7 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroce-perf ./cmd/vroce-perf
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/rsock-proxy ./cmd/rsock-proxy
 
 vet:
 	CGO_ENABLED=0 $(GO) vet ./...

@@ -1,0 +1,245 @@
+// Command rsock-proxy puts vRoCE in front of programs that know only TCP,
+// in any language, unchanged.
+//
+//	rsock-proxy --listen vroce://:9000 --to tcp://127.0.0.1:8080       # serve a TCP server over vRoCE
+//	rsock-proxy --listen tcp://127.0.0.1:7000 --to vroce://HOST:9000   # reach it from a TCP client
+//
+// Each accepted connection gets its own connection to the target; bytes
+// are copied both ways, and a half-close on either side is passed on, so
+// request/response protocols that rely on it work. SIGTERM or SIGINT stops
+// accepting, lets open connections finish for --drain, then closes them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"vroce.dev/rsock"
+)
+
+// endpoint is one side of the proxy: vroce://HOST:PORT or tcp://HOST:PORT.
+type endpoint struct {
+	vroce bool
+	addr  string
+}
+
+func (e endpoint) String() string {
+	if e.vroce {
+		return "vroce://" + e.addr
+	}
+	return "tcp://" + e.addr
+}
+
+func parseEndpoint(s string) (endpoint, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return endpoint{}, fmt.Errorf("%q: want vroce://HOST:PORT or tcp://HOST:PORT", s)
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return endpoint{}, fmt.Errorf("%q: %v", s, err)
+	}
+	switch u.Scheme {
+	case "vroce":
+		return endpoint{vroce: true, addr: u.Host}, nil
+	case "tcp":
+		return endpoint{addr: u.Host}, nil
+	}
+	return endpoint{}, fmt.Errorf("%q: scheme %q, want vroce or tcp", s, u.Scheme)
+}
+
+// config is a proxy's settings.
+type config struct {
+	listen, to  endpoint
+	mode        string        // rsock connection mode
+	drain       time.Duration // how long open connections may finish at shutdown
+	dialTimeout time.Duration
+	verbose     bool
+}
+
+const usage = `rsock-proxy: serve a TCP server over vRoCE, or reach one from TCP clients.
+
+usage: rsock-proxy --listen URL --to URL [flags]
+
+  rsock-proxy --listen vroce://:9000 --to tcp://127.0.0.1:8080
+      accepts vRoCE streams (and plain TCP clients) on port 9000 and
+      connects each to the TCP server on 127.0.0.1:8080
+  rsock-proxy --listen tcp://127.0.0.1:7000 --to vroce://server:9000
+      accepts TCP connections on 127.0.0.1:7000 and carries each over a
+      vRoCE stream to server:9000
+
+URLs are vroce://HOST:PORT or tcp://HOST:PORT. A vroce:// listener also
+uses UDP port PORT (its vRoCE device). Environment: VROCE_PROVIDER,
+RSOCK_MODE, RSOCK_FALLBACK as for any rsock program.
+
+flags:
+`
+
+func main() {
+	flag.CommandLine.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), usage)
+		flag.PrintDefaults()
+	}
+	listen := flag.String("listen", "", "where to accept connections: vroce://HOST:PORT or tcp://HOST:PORT")
+	to := flag.String("to", "", "where to connect each one: vroce://HOST:PORT or tcp://HOST:PORT")
+	var cfg config
+	flag.StringVar(&cfg.mode, "mode", "", "rsock connection mode: socket or cm (default $RSOCK_MODE, then socket)")
+	flag.DurationVar(&cfg.drain, "drain", 10*time.Second, "at SIGTERM, how long open connections may finish")
+	flag.DurationVar(&cfg.dialTimeout, "dial-timeout", 10*time.Second, "how long connecting to the target may take")
+	flag.BoolVar(&cfg.verbose, "v", false, "log every connection")
+	flag.Parse()
+	logger := log.New(os.Stderr, "rsock-proxy: ", log.LstdFlags)
+	var err error
+	if cfg.listen, err = parseEndpoint(*listen); err == nil {
+		cfg.to, err = parseEndpoint(*to)
+	}
+	if err != nil || flag.NArg() > 0 {
+		if err == nil {
+			err = fmt.Errorf("unexpected arguments %v", flag.Args())
+		}
+		fmt.Fprintf(os.Stderr, "rsock-proxy: %v\n\n", err)
+		flag.CommandLine.Usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	p, err := start(cfg, logger)
+	if err != nil {
+		logger.Fatal(err)
+	}
+	logger.Printf("listening on %v (%s), forwarding to %v", cfg.listen, p.Addr(), cfg.to)
+	<-ctx.Done()
+	logger.Printf("shutting down: %d connections open, waiting up to %v", p.open.Load(), cfg.drain)
+	p.shutdown(cfg.drain)
+	drainCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	rsock.Drain(drainCtx) // let the last streams' FINs and DREQs finish
+	cancel()
+	logger.Printf("stopped: %d connections served", p.served.Load())
+}
+
+// proxy is a running proxy.
+type proxy struct {
+	cfg    config
+	log    *log.Logger
+	ln     net.Listener
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	ctx    context.Context // cancelled at the end of shutdown: closes what is left
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	open   atomic.Int64
+	served atomic.Int64
+}
+
+// start listens and serves in the background.
+func start(cfg config, logger *log.Logger) (*proxy, error) {
+	p := &proxy{cfg: cfg, log: logger}
+	var err error
+	if cfg.listen.vroce {
+		p.ln, err = (&rsock.ListenConfig{Mode: cfg.mode}).Listen(context.Background(), "tcp", cfg.listen.addr)
+	} else {
+		p.ln, err = net.Listen("tcp", cfg.listen.addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cfg.to.vroce {
+		p.dial = (&rsock.Dialer{Mode: cfg.mode}).DialContext
+	} else {
+		p.dial = (&net.Dialer{}).DialContext
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Go(p.accept)
+	return p, nil
+}
+
+// Addr is where the proxy listens.
+func (p *proxy) Addr() net.Addr { return p.ln.Addr() }
+
+func (p *proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				p.log.Printf("accept: %v", err)
+			}
+			return
+		}
+		p.open.Add(1)
+		p.wg.Go(func() {
+			defer p.open.Add(-1)
+			p.serve(c)
+		})
+	}
+}
+
+// serve connects c to the target and copies both ways until both are
+// done, passing half-closes on.
+func (p *proxy) serve(c net.Conn) {
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.dialTimeout)
+	t, err := p.dial(ctx, "tcp", p.cfg.to.addr)
+	cancel()
+	if err != nil {
+		p.log.Printf("%v: connecting to %v: %v", c.RemoteAddr(), p.cfg.to, err)
+		return
+	}
+	defer t.Close()
+	p.served.Add(1)
+	if p.cfg.verbose {
+		p.log.Printf("%v (%s) -> %v (%s): open", c.RemoteAddr(), transport(c), t.RemoteAddr(), transport(t))
+	}
+	stop := context.AfterFunc(p.ctx, func() { c.Close(); t.Close() })
+	defer stop()
+	var up, down int64
+	var wg sync.WaitGroup
+	wg.Go(func() { up = pipe(t, c) })
+	down = pipe(c, t)
+	wg.Wait()
+	if p.cfg.verbose {
+		p.log.Printf("%v -> %v: closed, %d bytes up, %d down", c.RemoteAddr(), t.RemoteAddr(), up, down)
+	}
+}
+
+// pipe copies src to dst, then half-closes dst so its reader sees the end.
+func pipe(dst, src net.Conn) int64 {
+	n, _ := io.Copy(dst, src)
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	} else {
+		dst.Close()
+	}
+	return n
+}
+
+func transport(c net.Conn) string {
+	if t, ok := c.(interface{ Transport() string }); ok {
+		return t.Transport()
+	}
+	return "tcp"
+}
+
+// shutdown stops accepting, lets open connections finish for up to
+// drain, then closes the rest.
+func (p *proxy) shutdown(drain time.Duration) {
+	p.ln.Close()
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drain):
+		p.log.Printf("closing %d connections still open", p.open.Load())
+	}
+	p.cancel()
+	<-done
+}

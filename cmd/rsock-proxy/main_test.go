@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"vroce.dev/rsock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a log sink safe for the proxy's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// chain starts the two proxies of the README in front of target: a TCP
+// listener carrying each connection over vRoCE to a vRoCE listener that
+// connects to target. It returns the TCP address to use and the vRoCE
+// side's log.
+func chain(t *testing.T, target string) (entry string, vroceLog *syncBuffer) {
+	t.Helper()
+	vroceLog = new(syncBuffer)
+	a, err := start(config{listen: endpoint{vroce: true, addr: "127.0.0.1:0"}, to: endpoint{addr: target}, dialTimeout: 5 * time.Second, verbose: true},
+		log.New(vroceLog, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := start(config{listen: endpoint{addr: "127.0.0.1:0"}, to: endpoint{vroce: true, addr: a.Addr().String()}, dialTimeout: 5 * time.Second},
+		log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.shutdown(time.Second)
+		a.shutdown(time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rsock.Drain(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return b.Addr().String(), vroceLog
+}
+
+// hashServer reads each connection to EOF, answers with the SHA-256 of
+// what it read, and closes: it needs the half-close passed on.
+func hashServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				h := sha256.New()
+				io.Copy(h, c)
+				c.Write(h.Sum(nil))
+			})
+		}
+	})
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	return ln.Addr().String()
+}
+
+func TestManyConnectionsWithHalfCloseThroughBothProxies(t *testing.T) {
+	entry, vroceLog := chain(t, hashServer(t))
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			c, err := net.Dial("tcp", entry)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			data := make([]byte, 100000+i*777)
+			r := rand.New(rand.NewPCG(uint64(i), 1))
+			for k := range data {
+				data[k] = byte(r.Uint32())
+			}
+			if _, err := c.Write(data); err != nil {
+				t.Error(err)
+				return
+			}
+			c.(*net.TCPConn).CloseWrite()
+			got, err := io.ReadAll(c)
+			want := sha256.Sum256(data)
+			if err != nil || !bytes.Equal(got, want[:]) {
+				t.Errorf("connection %d: answer %x, %v; want %x", i, got, err, want)
+			}
+		})
+	}
+	wg.Wait()
+	if n := strings.Count(vroceLog.String(), "(vroce) ->"); n != 16 {
+		t.Fatalf("%d of 16 connections reached the vRoCE side over vRoCE:\n%s", n, vroceLog)
+	}
+}
+
+func TestShutdownLetsOpenConnectionsFinish(t *testing.T) {
+	backend := hashServer(t)
+	p, err := start(config{listen: endpoint{addr: "127.0.0.1:0"}, to: endpoint{addr: backend}, dialTimeout: time.Second}, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", p.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("in flight"))
+	for p.open.Load() == 0 { // the proxy has the connection
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { p.shutdown(5 * time.Second); close(done) }()
+	for { // no new connections once shutdown began
+		if c2, err := net.Dial("tcp", p.Addr().String()); err != nil {
+			break
+		} else {
+			c2.Close()
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	got, _ := io.ReadAll(c)
+	if want := sha256.Sum256([]byte("in flight")); !bytes.Equal(got, want[:]) {
+		t.Fatalf("the open connection did not finish: %x", got)
+	}
+	<-done
+}
+
+func TestParseEndpoint(t *testing.T) {
+	for _, bad := range []string{"", ":9000", "udp://x:1", "vroce://x", "tcp://host:80/path", "vroce//x:1"} {
+		if _, err := parseEndpoint(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if e, err := parseEndpoint("vroce://[::1]:9000"); err != nil || !e.vroce || e.addr != "[::1]:9000" {
+		t.Fatalf("%+v %v", e, err)
+	}
+}
+
+// TestUnmodifiedServerBehindTheProxy: Python's http.server, fetched by
+// curl, both unaware of vRoCE, through the two proxies.
+func TestUnmodifiedServerBehindTheProxy(t *testing.T) {
+	python, perr := exec.LookPath("python3")
+	curl, cerr := exec.LookPath("curl")
+	if perr != nil || cerr != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 and curl are needed; .ci/run installs them")
+		}
+		t.Skip("python3 or curl not installed (apt-get install python3 curl); CI runs this test")
+	}
+	dir := t.TempDir()
+	content := bytes.Repeat([]byte("served by python, carried by vRoCE\n"), 30000)
+	if err := os.WriteFile(filepath.Join(dir, "file.txt"), content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	free, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	srv := exec.Command(python, "-m", "http.server", "--bind", "127.0.0.1", "--directory", dir, fmt.Sprint(port))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	backend := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(10 * time.Second); ; { // python takes a moment to listen
+		if c, err := net.Dial("tcp", backend); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("python's http.server did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	entry, vroceLog := chain(t, backend)
+	out, err := exec.Command(curl, "-sS", "--fail", "http://"+entry+"/file.txt").Output()
+	if err != nil {
+		t.Fatalf("curl: %v", err)
+	}
+	if !bytes.Equal(out, content) {
+		t.Fatalf("curl got %d bytes, want the file's %d", len(out), len(content))
+	}
+	if !strings.Contains(vroceLog.String(), "(vroce) ->") {
+		t.Fatalf("the request did not cross vRoCE:\n%s", vroceLog)
+	}
+}
