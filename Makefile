@@ -11,6 +11,8 @@ build:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroce-perf ./cmd/vroce-perf
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/rsock-proxy ./cmd/rsock-proxy
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/http-over-vroce ./examples/http-over-vroce
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/grpc-over-vroce ./examples/grpc-over-vroce
 
 vet:
 	CGO_ENABLED=0 $(GO) vet ./...
@@ -23,12 +25,19 @@ fmt-check:
 test: fmt-check vet build
 	$(GO) test -race -count=1 -timeout 12m ./...
 
-# The demo: vRoCE over UDP on loopback next to kernel TCP, same run.
+# The demo: HTTP and gRPC services over vRoCE (UDP on loopback), then the
+# verbs, each next to kernel TCP in the same run. Under a minute.
 demo: build
-	@echo "== RDMA WRITE bandwidth, 64 KiB messages, 1 GiB, every byte verified"
-	$(BIN)/vroce-perf write_bw --loopback --provider udp --verify -s 65536 -n 16384 --compare tcp
+	@echo "== HTTP/1.1 and HTTP/2: net/http over rsock, then over kernel TCP"
+	$(BIN)/http-over-vroce -requests 2000 -concurrency 8
 	@echo
-	@echo "== SEND latency, 64-byte ping-pong"
+	@echo "== gRPC: every kind of call and the health service over rsock, then over kernel TCP"
+	$(BIN)/grpc-over-vroce -calls 2000 -concurrency 8
+	@echo
+	@echo "== verbs: RDMA WRITE bandwidth, 64 KiB messages, 256 MiB, every byte verified"
+	$(BIN)/vroce-perf write_bw --loopback --provider udp --verify -s 65536 -n 4096 --compare tcp
+	@echo
+	@echo "== verbs: SEND latency, 64-byte ping-pong"
 	$(BIN)/vroce-perf send_lat --loopback --provider udp -s 64 -n 5000 --compare tcp
 
 # Benchmarks: testing.B (the lossy-network targets among them), then

@@ -676,6 +676,9 @@ func TestRDMACMThousandsThroughASmallBacklog(t *testing.T) {
 	var after [2]int64
 	for round := range after {
 		connectAndClose(t, a, b, l, n)
+		// The TimeWait tables empty two seconds after the last
+		// disconnect; measure without them.
+		waitFor(t, "TimeWait to end", func() bool { return timeWaitLen(a.m) == 0 && timeWaitLen(b.m) == 0 })
 		after[round] = liveHeap()
 	}
 	if grown := after[1] - after[0]; grown > 64*n {
@@ -737,6 +740,12 @@ func connectAndClose(t *testing.T, a, b *cmEnd, l *Listener, n int) {
 	}
 }
 
+func timeWaitLen(m *Manager) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.timeWait)
+}
+
 // destroyable lists the QPs an end created, for the test to destroy.
 func destroyable(e *cmEnd) []*vroce.QP {
 	e.mu.Lock()
@@ -792,7 +801,9 @@ func TestProbe(t *testing.T) {
 	if got, err := Probe(short, mute.LocalAddr().(*net.UDPAddr).AddrPort(), 0); err != nil || got != ProbeSilent {
 		t.Fatalf("mute port: %v %v", got, err)
 	}
-	if s := a.m.Stats(); s.Received.SIDRReq != 2 || s.Sent.SIDRRep != 2 {
+	// Two probes answered (a probe asks again every 10 ms until answered,
+	// so a slow host may hear more).
+	if s := a.m.Stats(); s.Received.SIDRReq < 2 || s.Sent.SIDRRep != s.Received.SIDRReq {
 		t.Fatalf("stats %+v", s)
 	}
 }
