@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestExample(t *testing.T) {
 	for _, mode := range []string{"socket", "cm"} {
 		t.Run(mode, func(t *testing.T) {
-			results, err := run(context.Background(), config{Requests: 200, Concurrency: 4, BodySize: 70000, Mode: mode})
+			results, err := run(context.Background(), config{Requests: 100, Concurrency: 4, BodySize: 20000, Mode: mode})
 			if err != nil {
 				t.Fatal(err)
 			}
