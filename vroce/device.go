@@ -359,6 +359,13 @@ func (b *txBatch) add(flow wire.Flow, n int) {
 	b.flows = append(b.flows, flow)
 }
 
+// addFor is add for a packet of qp's: one a vRoCE peer receives (the QP
+// negotiated selective repeat) may be coalesced by the provider.
+func (b *txBatch) addFor(qp *QP, n int) {
+	b.add(qp.flow, n)
+	b.pkts[len(b.pkts)-1].Coalesce = qp.attr.SelectiveRepeat
+}
+
 // EventType is the kind of an asynchronous event (ibv_event_type).
 type EventType uint8
 

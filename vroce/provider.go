@@ -16,6 +16,12 @@ type Packet struct {
 	Data []byte
 	// Addr is the destination on Send and the source on Recv.
 	Addr netip.AddrPort
+	// Coalesce, on Send, says the receiver is vRoCE: a provider may send
+	// the packet together with its neighbours of the same size to the same
+	// address as one segmented datagram (UDP GSO). The kernel then numbers
+	// the IPv4 IDs of the segments, which a vRoCE receiver ignores (it
+	// rebuilds the header the ICRC covers) and rdma_rxe would not.
+	Coalesce bool
 }
 
 // MaxPacketSize bounds a RoCEv2 packet at the largest path MTU: headers,

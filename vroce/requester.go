@@ -509,7 +509,7 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 	if n > 0 {
 		w.gather(buf[hl:hl+n], k*mtu)
 	}
-	b.add(qp.flow, wire.Finish(buf, hl+n))
+	b.addFor(qp, wire.Finish(buf, hl+n))
 	if p.BTH.AckReq {
 		r.sinceAckReq = 0
 	} else {

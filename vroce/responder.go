@@ -475,7 +475,7 @@ func (r *responder) sendReadResponses(qp *QP, out *txBatch, s span, psn uint32) 
 		if size > 0 {
 			copy(buf[hl:hl+size], s.bytes()[off:])
 		}
-		out.add(qp.flow, wire.Finish(buf, hl+size))
+		out.addFor(qp, wire.Finish(buf, hl+size))
 		qp.stats.TxPackets++
 	}
 	return n

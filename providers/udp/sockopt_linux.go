@@ -1,7 +1,10 @@
 package udp
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,4 +41,26 @@ func (p *Provider) configure() error {
 		return fmt.Errorf("udp: set DF on the socket: %w", err)
 	}
 	return nil
+}
+
+// gsoControl is the control message that makes one sendmsg carry
+// several datagrams of segment bytes each (UDP_SEGMENT), cut by the
+// kernel or the NIC: one system call instead of one per packet.
+func gsoControl(b []byte, segment int) []byte {
+	b = b[:unix.CmsgSpace(2)]
+	clear(b)
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], uint16(segment))
+	return b
+}
+
+// gsoSupported: the kernel takes UDP_SEGMENT (Linux 4.18 and later).
+const gsoSupported = true
+
+// gsoRefused reports whether a send error says the kernel or device will
+// not segment (no checksum offload on the route, say): fall back.
+func gsoRefused(err error) bool {
+	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EOPNOTSUPP)
 }

@@ -9,3 +9,9 @@ func (p *Provider) configure() error {
 	_ = p.conn.SetWriteBuffer(socketBuf)
 	return nil
 }
+
+func gsoControl(b []byte, segment int) []byte { return nil }
+
+const gsoSupported = false
+
+func gsoRefused(error) bool { return true }

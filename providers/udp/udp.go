@@ -61,10 +61,22 @@ type Provider struct {
 
 	rmsgs []ipv4.Message // owned by the one receiving goroutine
 
-	sendMu sync.Mutex
-	smsgs  []ipv4.Message
-	saddrs []net.UDPAddr
+	sendMu  sync.Mutex
+	smsgs   []ipv4.Message
+	saddrs  []net.UDPAddr
+	gso     bool     // coalesce packets marked Coalesce, until the kernel refuses
+	gsoBufs [][]byte // per message: the coalesced packets
+	gsoOOB  [][]byte // per message: its UDP_SEGMENT control message
+	first   []int    // per message: the index of its first packet
+	gsoSent int      // coalesced datagrams sent (for tests)
 }
+
+const (
+	// maxGSOSegments and maxGSOBytes bound one coalesced send: the
+	// kernel's UDP_MAX_SEGMENTS, and what one IP datagram holds.
+	maxGSOSegments = 64
+	maxGSOBytes    = 65000
+)
 
 // Listen opens a provider on addr, "host:port".
 func Listen(addr string) (*Provider, error) {
@@ -101,10 +113,15 @@ func Listen(addr string) (*Provider, error) {
 	p.rmsgs = make([]ipv4.Message, batchSize)
 	p.smsgs = make([]ipv4.Message, batchSize)
 	p.saddrs = make([]net.UDPAddr, batchSize)
+	p.gso = gsoSupported
+	p.gsoBufs = make([][]byte, batchSize)
+	p.gsoOOB = make([][]byte, batchSize)
+	p.first = make([]int, batchSize+1)
 	for i := range p.rmsgs {
 		p.rmsgs[i].Buffers = make([][]byte, 1)
 		p.smsgs[i].Buffers = make([][]byte, 1)
 		p.saddrs[i].IP = make(net.IP, 16)
+		p.gsoOOB[i] = make([]byte, 64)
 	}
 	return p, nil
 }
@@ -131,34 +148,34 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 	return got, nil
 }
 
-// Send implements vroce.Provider.
+// Send implements vroce.Provider. Runs of packets marked Coalesce, to
+// one address and of one size (the last may be shorter), leave as one
+// segmented datagram (UDP GSO); the rest one datagram each; all in as few
+// sendmmsg calls as the batch size allows.
 func (p *Provider) Send(pkts []vroce.Packet) error {
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
 	for len(pkts) > 0 {
-		n := min(len(pkts), len(p.smsgs))
-		ms := p.smsgs[:n]
-		for i := range ms {
-			a := &p.saddrs[i]
-			ip := pkts[i].Addr.Addr()
-			if p.v6 {
-				b := ip.As16()
-				a.IP = a.IP[:16]
-				copy(a.IP, b[:])
-			} else {
-				b := ip.Unmap().As4()
-				a.IP = a.IP[:4]
-				copy(a.IP, b[:])
-			}
-			a.Port = int(pkts[i].Addr.Port())
-			ms[i].Buffers[0] = pkts[i].Data
-			ms[i].Addr = a
+		m, i := 0, 0
+		for i < len(pkts) && m < len(p.smsgs) {
+			j := p.run(pkts, i)
+			p.first[m] = i
+			p.message(m, pkts[i:j])
+			m, i = m+1, j
 		}
-		for off := 0; off < n; {
+		p.first[m] = i
+		ms := p.smsgs[:m]
+		for off := 0; off < m; {
 			sent, err := p.bc.WriteBatch(ms[off:], 0)
 			if err != nil {
 				if errors.Is(err, net.ErrClosed) {
 					return err
+				}
+				if bad := off + max(sent, 0); bad < m && ms[bad].OOB != nil && gsoRefused(err) {
+					// The route cannot segment: send singly from here on.
+					p.gso = false
+					i = p.first[bad]
+					break
 				}
 				// A datagram the kernel refuses (no route, a full
 				// buffer, an ICMP error reported late) is a lost
@@ -167,12 +184,63 @@ func (p *Provider) Send(pkts []vroce.Packet) error {
 			}
 			off += sent
 		}
-		for i := range ms {
-			ms[i].Buffers[0], ms[i].Addr = nil, nil
+		for k := range ms {
+			ms[k].Buffers[0], ms[k].Addr, ms[k].OOB = nil, nil, nil
 		}
-		pkts = pkts[n:]
+		pkts = pkts[i:]
 	}
 	return nil
+}
+
+// run returns the end of the run of packets from i that may leave as one
+// segmented datagram (i+1 for a packet that goes alone).
+func (p *Provider) run(pkts []vroce.Packet, i int) int {
+	if !p.gso || !pkts[i].Coalesce {
+		return i + 1
+	}
+	size, total := len(pkts[i].Data), len(pkts[i].Data)
+	j := i + 1
+	for j < len(pkts) && j-i < maxGSOSegments && pkts[j].Coalesce && pkts[j].Addr == pkts[i].Addr &&
+		len(pkts[j].Data) <= size && total+len(pkts[j].Data) <= maxGSOBytes {
+		total += len(pkts[j].Data)
+		j++
+		if len(pkts[j-1].Data) < size {
+			break // only the last segment may be short
+		}
+	}
+	return j
+}
+
+// message fills send message m with pkts, coalesced if there are several.
+func (p *Provider) message(m int, pkts []vroce.Packet) {
+	a := &p.saddrs[m]
+	ip := pkts[0].Addr.Addr()
+	if p.v6 {
+		b := ip.As16()
+		a.IP = a.IP[:16]
+		copy(a.IP, b[:])
+	} else {
+		b := ip.Unmap().As4()
+		a.IP = a.IP[:4]
+		copy(a.IP, b[:])
+	}
+	a.Port = int(pkts[0].Addr.Port())
+	msg := &p.smsgs[m]
+	msg.Addr = a
+	if len(pkts) == 1 {
+		msg.Buffers[0] = pkts[0].Data
+		return
+	}
+	if p.gsoBufs[m] == nil {
+		p.gsoBufs[m] = make([]byte, 0, maxGSOBytes)
+	}
+	buf := p.gsoBufs[m][:0]
+	for _, pk := range pkts {
+		buf = append(buf, pk.Data...)
+	}
+	msg.Buffers[0] = buf
+	msg.OOB = gsoControl(p.gsoOOB[m], len(pkts[0].Data))
+	p.gsoSent++
 }
 
 // LocalAddr implements vroce.Provider.

@@ -1,0 +1,56 @@
+package udp
+
+import (
+	"bytes"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"vroce.dev/vroce"
+)
+
+// TestCoalescedSendsArriveAsSeparateDatagrams: packets marked Coalesce go
+// out in one segmented send (where the kernel offers UDP GSO) and arrive
+// as the datagrams they were, contents and lengths intact, the short last
+// one too; unmarked packets are never coalesced.
+func TestCoalescedSendsArriveAsSeparateDatagrams(t *testing.T) {
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	p, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	to := rx.LocalAddr().(*net.UDPAddr).AddrPort()
+	var pkts []vroce.Packet
+	for i := range 12 {
+		n := 1000
+		if i == 11 {
+			n = 300
+		}
+		pkts = append(pkts, vroce.Packet{Data: bytes.Repeat([]byte{byte(i)}, n), Addr: netip.AddrPortFrom(to.Addr(), to.Port()), Coalesce: i < 12})
+	}
+	pkts = append(pkts, vroce.Packet{Data: []byte("alone"), Addr: pkts[0].Addr})
+	if err := p.Send(pkts); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 70000)
+	for i, want := range pkts {
+		rx.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := rx.Read(buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", i, err)
+		}
+		if !bytes.Equal(buf[:n], want.Data) {
+			t.Fatalf("datagram %d: %d bytes, want %d", i, n, len(want.Data))
+		}
+	}
+	if gsoSupported && p.gso && p.gsoSent != 1 {
+		t.Fatalf("%d coalesced sends, want 1", p.gsoSent)
+	}
+	t.Logf("GSO in use: %v", p.gso && p.gsoSent > 0)
+}
