@@ -252,7 +252,7 @@ func checkEveryKind(ctx context.Context, conn *grpc.ClientConn) error {
 			break
 		}
 		if err != nil || n.N != want {
-			return fmt.Errorf("Count: got %d (%v), want %d", n.N, err, want)
+			return fmt.Errorf("count: got %d (%v), want %d", n.N, err, want)
 		}
 	}
 	// Client streaming.
@@ -268,7 +268,7 @@ func checkEveryKind(ctx context.Context, conn *grpc.ClientConn) error {
 	s.CloseSend()
 	var sum Num
 	if err := s.RecvMsg(&sum); err != nil || sum.N != 500500 {
-		return fmt.Errorf("Sum: %d, %v", sum.N, err)
+		return fmt.Errorf("sum: %d, %v", sum.N, err)
 	}
 	// Bidirectional.
 	s, err = conn.NewStream(ctx, streamDesc("Chat", true, true), method("Chat"))
@@ -282,12 +282,12 @@ func checkEveryKind(ctx context.Context, conn *grpc.ClientConn) error {
 		}
 		var m Msg
 		if err := s.RecvMsg(&m); err != nil || m.Text != "re: "+text {
-			return fmt.Errorf("Chat: %q, %v", m.Text, err)
+			return fmt.Errorf("chat: %q, %v", m.Text, err)
 		}
 	}
 	s.CloseSend()
 	if err := s.RecvMsg(&Msg{}); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("Chat end: %v", err)
+		return fmt.Errorf("chat end: %v", err)
 	}
 	return nil
 }
@@ -313,7 +313,7 @@ func unary(ctx context.Context, conn *grpc.ClientConn, cfg config) (result, erro
 				err := conn.Invoke(ctx, method("Echo"), &Msg{Text: text}, &out)
 				lat[i] = time.Since(t0)
 				if err == nil && out.Text != text {
-					err = fmt.Errorf("Echo %q answered %q", text, out.Text)
+					err = fmt.Errorf("echo %q answered %q", text, out.Text)
 				}
 				if err != nil {
 					once.Do(func() { firstErr = err })

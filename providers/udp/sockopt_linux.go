@@ -33,6 +33,9 @@ func (p *Provider) configure() error {
 		if unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuf) != nil {
 			_ = unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_SNDBUF, socketBuf)
 		}
+		// UDP GRO: the kernel may hand us a run of datagrams as one, with
+		// their size; on loopback a GSO send then crosses unsegmented.
+		p.gro = unix.SetsockoptInt(s, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
 	})
 	if err == nil && serr != nil {
 		err = serr
@@ -63,4 +66,22 @@ const gsoSupported = true
 // not segment (no checksum offload on the route, say): fall back.
 func gsoRefused(err error) bool {
 	return errors.Is(err, unix.EIO) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// groSegment reads the segment size from a received message's control
+// data: 0 when the datagram was not coalesced.
+func groSegment(oob []byte) int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return 0
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_UDP && m.Header.Type == unix.UDP_GRO && len(m.Data) >= 2 {
+			if len(m.Data) >= 4 {
+				return int(binary.NativeEndian.Uint32(m.Data))
+			}
+			return int(binary.NativeEndian.Uint16(m.Data))
+		}
+	}
+	return 0
 }

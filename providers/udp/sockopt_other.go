@@ -15,3 +15,5 @@ func gsoControl(b []byte, segment int) []byte { return nil }
 const gsoSupported = false
 
 func gsoRefused(error) bool { return true }
+
+func groSegment([]byte) int { return 0 }

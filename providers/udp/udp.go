@@ -60,6 +60,13 @@ type Provider struct {
 	v6    bool
 
 	rmsgs []ipv4.Message // owned by the one receiving goroutine
+	// With UDP GRO, datagrams arrive coalesced into buffers of our own
+	// and are cut into the caller's packets; what does not fit waits in
+	// pend for the next Recv.
+	gro   bool
+	rbufs [][]byte
+	roob  [][]byte
+	pend  []coalesced
 
 	sendMu  sync.Mutex
 	smsgs   []ipv4.Message
@@ -71,7 +78,17 @@ type Provider struct {
 	gsoSent int      // coalesced datagrams sent (for tests)
 }
 
+// coalesced is a received run of datagrams of seg bytes each (the last
+// may be shorter).
+type coalesced struct {
+	data []byte
+	seg  int
+	addr netip.AddrPort
+}
+
 const (
+	// groBatch is how many coalesced datagrams one receive call takes.
+	groBatch = 16
 	// maxGSOSegments and maxGSOBytes bound one coalesced send: the
 	// kernel's UDP_MAX_SEGMENTS, and what one IP datagram holds.
 	maxGSOSegments = 64
@@ -117,6 +134,14 @@ func Listen(addr string) (*Provider, error) {
 	p.gsoBufs = make([][]byte, batchSize)
 	p.gsoOOB = make([][]byte, batchSize)
 	p.first = make([]int, batchSize+1)
+	if p.gro {
+		p.rbufs = make([][]byte, groBatch)
+		p.roob = make([][]byte, groBatch)
+		for i := range p.rbufs {
+			p.rbufs[i] = make([]byte, 1<<16)
+			p.roob[i] = make([]byte, 64)
+		}
+	}
 	for i := range p.rmsgs {
 		p.rmsgs[i].Buffers = make([][]byte, 1)
 		p.smsgs[i].Buffers = make([][]byte, 1)
@@ -128,6 +153,9 @@ func Listen(addr string) (*Provider, error) {
 
 // Recv implements vroce.Provider.
 func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
+	if p.gro {
+		return p.recvCoalesced(pkts)
+	}
 	n := min(len(pkts), len(p.rmsgs))
 	ms := p.rmsgs[:n]
 	for i := range ms {
@@ -146,6 +174,52 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 		ms[i].Addr = nil
 	}
 	return got, nil
+}
+
+// recvCoalesced receives with UDP GRO: a batch of possibly coalesced
+// datagrams into our buffers, cut into the caller's packets (a copy each,
+// against a system call and a kernel pass each saved).
+func (p *Provider) recvCoalesced(pkts []vroce.Packet) (int, error) {
+	if len(p.pend) == 0 {
+		ms := p.rmsgs[:groBatch]
+		for i := range ms {
+			ms[i].Buffers[0], ms[i].OOB = p.rbufs[i], p.roob[i]
+		}
+		got, err := p.bc.ReadBatch(ms, 0)
+		if err != nil {
+			return 0, err
+		}
+		p.pend = p.pend[:0]
+		for i := range ms[:got] {
+			var from netip.AddrPort
+			if ua, ok := ms[i].Addr.(*net.UDPAddr); ok {
+				ap := ua.AddrPort()
+				from = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			}
+			seg := groSegment(ms[i].OOB[:ms[i].NN])
+			if seg <= 0 || seg > ms[i].N {
+				seg = ms[i].N
+			}
+			p.pend = append(p.pend, coalesced{data: p.rbufs[i][:ms[i].N], seg: seg, addr: from})
+			ms[i].Addr = nil
+		}
+	}
+	k := 0
+	for len(p.pend) > 0 && k < len(pkts) {
+		c := &p.pend[0]
+		n := min(c.seg, len(c.data))
+		if n <= cap(pkts[k].Data) { // larger than any packet: not ours, dropped
+			pkts[k].Data = pkts[k].Data[:n]
+			copy(pkts[k].Data, c.data[:n])
+			pkts[k].Addr = c.addr
+			k++
+		}
+		c.data = c.data[n:]
+		if len(c.data) == 0 {
+			p.pend = p.pend[1:]
+		}
+	}
+	return k, nil
 }
 
 // Send implements vroce.Provider. Runs of packets marked Coalesce, to
