@@ -8,7 +8,7 @@ type rttEstimator struct {
 }
 
 const (
-	minRTO     = 1_000_000     // 1 ms: loss probes repair sooner; below, scheduling noise fires it
+	minRTO     = 5_000_000     // 5 ms: a busy host stalls longer than 1 ms often; loss probes (from 50 us) repair real losses first
 	defaultRTO = 10_000_000    // before the first sample
 	maxBackoff = 6             // RTO doubles at most this many times
 	minPTO     = 50_000        // 50 us: a wrong probe costs one duplicate packet

@@ -256,6 +256,13 @@ func (m *Manager) remove(id *ID) {
 		at := m.now() + int64(timeWaitPeriod)
 		m.timeWait[key] = at
 		m.timeWaitQueue = append(m.timeWaitQueue, timeWaitEntry{key, at})
+		if len(m.timeWaitQueue) == 1 {
+			// The timer loop may be asleep with nothing to wait for.
+			select {
+			case m.wake <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if id.listener != nil && id.queued {
 		id.listener.pending--
