@@ -96,7 +96,7 @@ func TestManyConcurrentStreamsVerified(t *testing.T) {
 			l := listen(t, &ListenConfig{Mode: mode}, "127.0.0.1:0")
 			served := echoServer(l)
 			var wg sync.WaitGroup
-			for i := range 16 {
+			for i := range 12 {
 				wg.Go(func() {
 					c, err := (&Dialer{Mode: mode}).Dial("tcp", l.Addr().String())
 					if err != nil {

@@ -88,7 +88,7 @@ type coalesced struct {
 
 const (
 	// groBatch is how many coalesced datagrams one receive call takes.
-	groBatch = 16
+	groBatch = 32
 	// maxGSOSegments and maxGSOBytes bound one coalesced send: the
 	// kernel's UDP_MAX_SEGMENTS, and what one IP datagram holds.
 	maxGSOSegments = 64
