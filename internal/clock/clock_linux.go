@@ -25,13 +25,16 @@ func New(epoch time.Time) (*Clock, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Deadlines are time.Since(epoch); align the two clocks. Reading Go's
+	// clock first errs late by the gap between the two reads (a
+	// preempted thread: microseconds), never early.
+	since := time.Since(epoch)
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
-	// Deadlines are time.Since(epoch); align the two clocks.
-	return &Clock{fd: fd, monoEpoch: ts.Nano() - int64(time.Since(epoch))}, nil
+	return &Clock{fd: fd, monoEpoch: ts.Nano() - int64(since)}, nil
 }
 
 // Arm sets the deadline, in nanoseconds since the epoch New was given.
