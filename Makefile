@@ -50,6 +50,9 @@ bench: build
 	$(BIN)/vroce-perf send_bw --loopback -s 64 -n 200000 --compare tcp
 	$(BIN)/vroce-perf send_lat --loopback -s 64 -n 10000 --compare tcp
 	$(BIN)/vroce-perf read_lat --loopback -s 64 -n 10000 --compare tcp
+	$(GO) test -run '^$$' -bench 'Stream' -benchtime 2s ./rsock
+	$(BIN)/vroce-perf stream_bw --loopback -s 65536 -n 20000 --compare tcp
+	$(BIN)/vroce-perf stream_lat --loopback -s 64 -n 10000 --compare tcp
 
 # Connection scale: 262,144 RC QPs by RDMA_CM between two processes, and
 # 10,000 through the default backlog (about a minute).

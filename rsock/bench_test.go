@@ -1,0 +1,116 @@
+package rsock
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// benchPair connects a stream over vRoCE, or over kernel TCP, for the
+// same benchmark to run on both in one run.
+func benchPair(b *testing.B, overVRoCE bool) (client, server net.Conn, done func()) {
+	var l net.Listener
+	var err error
+	if overVRoCE {
+		l, err = Listen("tcp", "127.0.0.1:0")
+	} else {
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := l.Accept()
+		accepted <- c
+	}()
+	if overVRoCE {
+		client, err = (&Dialer{NoFallback: true}).Dial("tcp", l.Addr().String())
+	} else {
+		client, err = net.Dial("tcp", l.Addr().String())
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	server = <-accepted
+	return client, server, func() {
+		client.Close()
+		server.Close()
+		l.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		Drain(ctx)
+	}
+}
+
+// BenchmarkStreamWrite64K: one stream, 64 KiB writes, a reader draining;
+// vroce and tcp in the same run.
+func BenchmarkStreamWrite64K(b *testing.B) {
+	for _, t := range []struct {
+		name  string
+		vroce bool
+	}{{"vroce", true}, {"tcp", false}} {
+		b.Run(t.name, func(b *testing.B) {
+			c, s, done := benchPair(b, t.vroce)
+			defer done()
+			buf := make([]byte, 64<<10)
+			read := make(chan error, 1)
+			go func() {
+				_, err := io.CopyN(io.Discard, s, int64(b.N)*int64(len(buf)))
+				if err == nil {
+					_, err = s.Write([]byte{1})
+				}
+				read <- err
+			}()
+			b.SetBytes(int64(len(buf)))
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := io.ReadFull(c, buf[:1]); err != nil {
+				b.Fatal(err)
+			}
+			if err := <-read; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkStreamPingPong64: 64-byte ping-pongs; ns/op is the round trip.
+func BenchmarkStreamPingPong64(b *testing.B) {
+	for _, t := range []struct {
+		name  string
+		vroce bool
+	}{{"vroce", true}, {"tcp", false}} {
+		b.Run(t.name, func(b *testing.B) {
+			c, s, done := benchPair(b, t.vroce)
+			defer done()
+			go func() {
+				buf := make([]byte, 64)
+				for {
+					if _, err := io.ReadFull(s, buf); err != nil {
+						return
+					}
+					if _, err := s.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+			buf := make([]byte, 64)
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
