@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"strconv"
 	"sync"
 	"syscall"
@@ -217,6 +218,15 @@ func (d *Dialer) clientStack(raddr netip.AddrPort) (*stack, error) {
 		la := c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
 		c.Close()
 		cfg.addr = net.JoinHostPort(la.String(), "0")
+	}
+	if cfg.options != nil && !reflect.TypeOf(cfg.options).Comparable() {
+		// Options that cannot key the table: a stack of the dial's own.
+		st, err := openStack(cfg)
+		if err != nil {
+			return nil, err
+		}
+		st.refs = 1
+		return st, nil
 	}
 	clients.mu.Lock()
 	defer clients.mu.Unlock()
