@@ -39,7 +39,7 @@ func TestEveryTestRunsVerifiedInLoopback(t *testing.T) {
 					if cfg.isLat() && (r.LatTypical <= 0 || r.LatP99 < r.LatTypical) {
 						t.Fatalf("latency columns %+v", r)
 					}
-					if !cfg.isLat() && (r.BWAvg <= 0 || r.BWPeak < r.BWAvg) {
+					if !cfg.isLat() && (r.BWAvg <= 0 || r.BWPeak < r.BWAvg || r.CPUPerGiB <= 0) {
 						t.Fatalf("bandwidth columns %+v", r)
 					}
 				}
@@ -235,7 +235,7 @@ func TestStreamTests(t *testing.T) {
 					t.Fatalf("results %+v", results)
 				}
 				for _, r := range results {
-					if !r.Verified || r.Iterations != 200 || r.Seconds <= 0 || (test == "stream_bw" && r.BWAvg <= 0) || (test == "stream_lat" && r.LatTypical <= 0) {
+					if !r.Verified || r.Iterations != 200 || r.Seconds <= 0 || (test == "stream_bw" && (r.BWAvg <= 0 || r.CPUPerGiB <= 0)) || (test == "stream_lat" && r.LatTypical <= 0) {
 						t.Fatalf("result %+v", r)
 					}
 				}

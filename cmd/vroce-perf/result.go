@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"syscall"
 	"time"
 )
 
@@ -49,6 +50,28 @@ type result struct {
 	ServerBytesPerQP float64 `json:"server_bytes_per_qp"`
 	ServerRSSPerQP   float64 `json:"server_rss_per_qp"`
 	CMRetransmits    uint64  `json:"cm_retransmits"`
+	// CPUPerGiB is the user and system CPU seconds this process spent per
+	// GiB moved (bandwidth tests): the client's cost, and with --loopback
+	// both ends'.
+	CPUPerGiB float64 `json:"cpu_s_per_gib,omitempty"`
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// setCPU records cpu as seconds per GiB for a bandwidth result.
+func (r *result) setCPU(cfg *config, cpu time.Duration) {
+	moved := float64(r.Bytes) * float64(r.Iterations)
+	if r.isLat() || moved == 0 || cpu <= 0 {
+		return
+	}
+	r.CPUPerGiB = cpu.Seconds() / (moved / (1 << 30))
 }
 
 func (r *result) print(w io.Writer, asJSON bool) {
@@ -91,6 +114,9 @@ func (r *result) print(w io.Writer, asJSON bool) {
 	} else {
 		fmt.Fprintf(w, " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]\n")
 		fmt.Fprintf(w, " %-10d %-14d %-19.2f %-21.2f %.6f\n", r.Bytes, r.Iterations, r.BWPeak, r.BWAvg, r.MsgRate)
+		if r.CPUPerGiB > 0 {
+			fmt.Fprintf(w, " CPU %.2f s per GiB (user + system, this process)\n", r.CPUPerGiB)
+		}
 	}
 	if r.Provider != "tcp" && r.Test[:7] != "stream_" {
 		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",

@@ -167,10 +167,14 @@ func drive(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 		return nil, errors.New("server: " + ready.Error)
 	}
 	var r *result
+	cpu := processCPU()
 	if cfg.isLat() {
 		r, err = s.clientLat(peer)
 	} else {
 		r, err = s.clientBW(peer)
+	}
+	if r != nil {
+		r.setCPU(cfg, processCPU()-cpu)
 	}
 	d := done{}
 	if err != nil {
@@ -193,10 +197,12 @@ func drive(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 	}
 	results := []*result{r}
 	if cfg.Compare == "tcp" {
+		cpu := processCPU()
 		tr, err := clientTCP(c, cfg)
 		if err != nil {
 			return results, fmt.Errorf("tcp comparison: %w", err)
 		}
+		tr.setCPU(cfg, processCPU()-cpu)
 		results = append(results, tr)
 	}
 	return results, nil

@@ -67,7 +67,11 @@ func driveStream(cfg *config, c *control, network *sim.Network) ([]*result, erro
 	if err != nil {
 		return nil, fmt.Errorf("rsock dial: %w", err)
 	}
+	cpu := processCPU()
 	r, err := streamClient(cfg, conn, cfg.Provider)
+	if r != nil {
+		r.setCPU(cfg, processCPU()-cpu)
+	}
 	conn.Close()
 	if err != nil {
 		return nil, err
@@ -79,7 +83,11 @@ func driveStream(cfg *config, c *control, network *sim.Network) ([]*result, erro
 		if err != nil {
 			return results, err
 		}
+		cpu := processCPU()
 		r, err := streamClient(cfg, conn, "tcp")
+		if r != nil {
+			r.setCPU(cfg, processCPU()-cpu)
+		}
 		conn.Close()
 		if err != nil {
 			return results, fmt.Errorf("tcp comparison: %w", err)
