@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test vet fmt-check demo bench bench-scale fuzz clean
+.PHONY: all build test vet fmt-check demo bench bench-page bench-scale fuzz clean
 
 all: build
 
@@ -53,6 +53,11 @@ bench: build
 	$(GO) test -run '^$$' -bench 'Stream' -benchtime 2s ./rsock
 	$(BIN)/vroce-perf stream_bw --loopback -s 65536 -n 20000 --compare tcp
 	$(BIN)/vroce-perf stream_lat --loopback -s 64 -n 10000 --compare tcp
+
+# The results page: bench/README.md and its plots, vRoCE against kernel
+# TCP across message sizes, in one run (a few minutes).
+bench-page: build
+	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -out bench
 
 # Connection scale: 262,144 RC QPs by RDMA_CM between two processes, and
 # 10,000 through the default backlog (about a minute).

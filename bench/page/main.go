@@ -1,0 +1,229 @@
+// Command page measures vRoCE against kernel TCP across message sizes, in
+// one run on this machine, and writes the results page: bench/README.md
+// with tables, bench/throughput.svg and bench/latency.svg.
+//
+//	make bench-page        # or: go run ./bench/page -perf bin/vroce-perf -out bench
+//
+// Every point is vroce-perf with --compare tcp: the vRoCE figure and the
+// TCP figure come from the same process, seconds apart.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// point is one vroce-perf result line.
+type point struct {
+	Test       string  `json:"test"`
+	Provider   string  `json:"provider"`
+	Bytes      int     `json:"bytes"`
+	BWAvg      float64 `json:"bw_avg_mibps"`
+	LatTypical float64 `json:"lat_typical_us"`
+	LatP99     float64 `json:"lat_p99_us"`
+	CPUPerGiB  float64 `json:"cpu_s_per_gib"`
+}
+
+// series is one line of a plot.
+type series struct {
+	name   string
+	color  string
+	points [][2]float64 // size, value
+}
+
+func main() {
+	perf := flag.String("perf", "bin/vroce-perf", "the vroce-perf binary")
+	out := flag.String("out", "bench", "where to write the page")
+	flag.Parse()
+	bwSizes := []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20}
+	latSizes := []int{64, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
+	var all []point
+	run := func(test string, size, iters int) {
+		args := []string{test, "--loopback", "--compare", "tcp", "--json", "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)}
+		cmd := exec.Command(*perf, args...)
+		var stdout bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "page: %s %v: %v\n", *perf, args, err)
+			os.Exit(1)
+		}
+		sc := bufio.NewScanner(&stdout)
+		for sc.Scan() {
+			var p point
+			if json.Unmarshal(sc.Bytes(), &p) == nil && p.Test != "" {
+				all = append(all, p)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "page: %s -s %d done\n", test, size)
+	}
+	for _, test := range []string{"write_bw", "stream_bw"} {
+		for _, s := range bwSizes {
+			run(test, s, max(200, (256<<20)/s))
+		}
+	}
+	for _, test := range []string{"send_lat", "stream_lat"} {
+		for _, s := range latSizes {
+			run(test, s, 2000)
+		}
+	}
+	if err := write(*out, all); err != nil {
+		fmt.Fprintln(os.Stderr, "page:", err)
+		os.Exit(1)
+	}
+}
+
+func pick(all []point, test, provider string, value func(point) float64) series {
+	var s series
+	for _, p := range all {
+		if p.Test == test && p.Provider == provider {
+			s.points = append(s.points, [2]float64{float64(p.Bytes), value(p)})
+		}
+	}
+	return s
+}
+
+func write(dir string, all []point) error {
+	bw := func(p point) float64 { return p.BWAvg }
+	lat := func(p point) float64 { return p.LatTypical }
+	named := func(s series, name, color string) series { s.name, s.color = name, color; return s }
+	tput := []series{
+		named(pick(all, "write_bw", "udp", bw), "verbs RDMA WRITE over vRoCE", "#1f77b4"),
+		named(pick(all, "write_bw", "tcp", bw), "same workload, kernel TCP", "#aec7e8"),
+		named(pick(all, "stream_bw", "udp", bw), "rsock stream over vRoCE", "#d62728"),
+		named(pick(all, "stream_bw", "tcp", bw), "same workload, kernel TCP", "#ff9896"),
+	}
+	lats := []series{
+		named(pick(all, "send_lat", "udp", lat), "verbs SEND ping-pong over vRoCE", "#1f77b4"),
+		named(pick(all, "send_lat", "tcp", lat), "same workload, kernel TCP", "#aec7e8"),
+		named(pick(all, "stream_lat", "udp", lat), "rsock stream ping-pong over vRoCE", "#d62728"),
+		named(pick(all, "stream_lat", "tcp", lat), "same workload, kernel TCP", "#ff9896"),
+	}
+	if err := os.WriteFile(filepath.Join(dir, "throughput.svg"), []byte(svg("Throughput against message size (loopback)", "MiB/s", tput)), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "latency.svg"), []byte(svg("Half round trip against message size (loopback, typical)", "µs", lats)), 0o644); err != nil {
+		return err
+	}
+	raw, _ := json.MarshalIndent(all, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), raw, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(page(all)), 0o644)
+}
+
+// page is the results page: how it was made, then a table per workload
+// with the ratio to TCP.
+func page(all []point) string {
+	var b strings.Builder
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	fmt.Fprintf(&b, "# vRoCE against kernel TCP\n\nMade by `make bench-page` on %s: %s, %d CPUs, Linux %s, loopback, the UDP provider (GSO/GRO). Each vRoCE figure and its TCP figure come from one `vroce-perf ... --compare tcp` run, seconds apart; absolute numbers are noise on a shared machine, the ratios less so.\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.Version(), runtime.NumCPU(), strings.TrimSpace(string(kernel)))
+	b.WriteString("![throughput](throughput.svg)\n\n![latency](latency.svg)\n\n")
+	for _, t := range []struct{ test, title, unit string }{
+		{"write_bw", "Verbs RDMA WRITE bandwidth", "MiB/s"}, {"stream_bw", "rsock stream bandwidth", "MiB/s"},
+		{"send_lat", "Verbs SEND latency (half round trip, typical)", "µs"}, {"stream_lat", "rsock stream latency (half round trip, typical)", "µs"},
+	} {
+		fmt.Fprintf(&b, "## %s\n\n| bytes | vRoCE (%s) | TCP (%s) | vRoCE / TCP | CPU s/GiB vRoCE | CPU s/GiB TCP |\n|---|---|---|---|---|---|\n", t.title, t.unit, t.unit)
+		v, k := byProvider(all, t.test)
+		for i := range v {
+			val := func(p point) float64 {
+				if strings.HasSuffix(t.test, "_lat") {
+					return p.LatTypical
+				}
+				return p.BWAvg
+			}
+			cpu := func(p point) string {
+				if p.CPUPerGiB == 0 {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f", p.CPUPerGiB)
+			}
+			if i < len(k) {
+				fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2fx | %s | %s |\n", v[i].Bytes, val(v[i]), val(k[i]), val(v[i])/val(k[i]), cpu(v[i]), cpu(k[i]))
+			}
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("Raw results: `results.json`.\n")
+	return b.String()
+}
+
+func byProvider(all []point, test string) (vroce, tcp []point) {
+	for _, p := range all {
+		if p.Test != test {
+			continue
+		}
+		if p.Provider == "tcp" {
+			tcp = append(tcp, p)
+		} else {
+			vroce = append(vroce, p)
+		}
+	}
+	return vroce, tcp
+}
+
+// svg draws series on a log2 x axis (bytes) and a linear y axis.
+func svg(title, unit string, ss []series) string {
+	const w, h, left, right, top, bottom = 760.0, 440.0, 70.0, 20.0, 40.0, 120.0
+	xmin, xmax, ymax := math.Inf(1), math.Inf(-1), 0.0
+	for _, s := range ss {
+		for _, p := range s.points {
+			xmin, xmax, ymax = math.Min(xmin, p[0]), math.Max(xmax, p[0]), math.Max(ymax, p[1])
+		}
+	}
+	if math.IsInf(xmin, 0) || ymax == 0 {
+		return `<svg xmlns="http://www.w3.org/2000/svg"/>`
+	}
+	ymax *= 1.1
+	x := func(v float64) float64 {
+		if xmax == xmin {
+			return left
+		}
+		return left + (math.Log2(v)-math.Log2(xmin))/(math.Log2(xmax)-math.Log2(xmin))*(w-left-right)
+	}
+	y := func(v float64) float64 { return h - bottom - v/ymax*(h-top-bottom) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%.0f" y="22" font-size="15">%s</text>`+"\n", left, title)
+	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/><line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="black"/>`+"\n",
+		left, h-bottom, w-right, h-bottom, left, top, left, h-bottom)
+	for i := 0; i <= 4; i++ {
+		v := ymax * float64(i) / 4
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f</text><line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#ddd"/>`+"\n",
+			left-6, y(v)+4, v, left, y(v), w-right, y(v))
+	}
+	fmt.Fprintf(&b, `<text x="14" y="%.0f" transform="rotate(-90 14 %.0f)" text-anchor="middle">%s</text>`+"\n", (top+h-bottom)/2, (top+h-bottom)/2, unit)
+	for v := xmin; v <= xmax; v *= 4 {
+		label := fmt.Sprintf("%.0f", v)
+		if v >= 1024 {
+			label = fmt.Sprintf("%.0fK", v/1024)
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`+"\n", x(v), h-bottom+16, label)
+	}
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">message size (bytes)</text>`+"\n", (left+w-right)/2, h-bottom+34)
+	for i, s := range ss {
+		var pts []string
+		for _, p := range s.points {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(p[0]), y(p[1])))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", s.color, strings.Join(pts, " "))
+		for _, p := range s.points {
+			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", x(p[0]), y(p[1]), s.color)
+		}
+		ly := h - bottom + 52 + float64(i)*16
+		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="3"/><text x="%.0f" y="%.0f">%s</text>`+"\n",
+			left, ly-4, left+24, ly-4, s.color, left+32, ly, s.name)
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}

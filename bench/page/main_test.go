@@ -1,0 +1,31 @@
+package main
+
+import (
+	"encoding/xml"
+	"strings"
+	"testing"
+)
+
+func TestPageAndPlots(t *testing.T) {
+	all := []point{
+		{Test: "write_bw", Provider: "udp", Bytes: 1024, BWAvg: 100, CPUPerGiB: 2},
+		{Test: "write_bw", Provider: "tcp", Bytes: 1024, BWAvg: 200, CPUPerGiB: 1},
+		{Test: "write_bw", Provider: "udp", Bytes: 65536, BWAvg: 300},
+		{Test: "write_bw", Provider: "tcp", Bytes: 65536, BWAvg: 150},
+		{Test: "send_lat", Provider: "udp", Bytes: 64, LatTypical: 30},
+		{Test: "send_lat", Provider: "tcp", Bytes: 64, LatTypical: 10},
+	}
+	p := page(all)
+	for _, want := range []string{"| 1024 | 100.0 | 200.0 | 0.50x | 2.00 | 1.00 |", "| 65536 | 300.0 | 150.0 | 2.00x | - | - |", "| 64 | 30.0 | 10.0 | 3.00x |"} {
+		if !strings.Contains(p, want) {
+			t.Errorf("the page lacks %q:\n%s", want, p)
+		}
+	}
+	s := svg("t", "MiB/s", []series{pick(all, "write_bw", "udp", func(p point) float64 { return p.BWAvg })})
+	if err := xml.Unmarshal([]byte(s), new(struct{})); err != nil {
+		t.Fatalf("not XML: %v", err)
+	}
+	if strings.Count(s, "<circle") != 2 || !strings.Contains(s, "<polyline") {
+		t.Fatalf("plot: %s", s)
+	}
+}
