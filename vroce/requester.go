@@ -823,6 +823,9 @@ func (r *requester) advance(qp *QP, now int64) {
 		r.undo = 0 // the resends are being acknowledged: the timeout was real
 	}
 	r.rtoAt, r.probeAt = 0, 0 // re-armed from now by pump
+	if !r.outstanding() && len(r.pk) > 64 {
+		r.pk = nil // nothing in flight: a window's scoreboard is not kept idle
+	}
 }
 
 // finished reports whether w may complete: a UD send once it has left, an

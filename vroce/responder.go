@@ -127,6 +127,7 @@ func (r *responder) hold(qp *QP, psn uint32, raw []byte) {
 
 // drain executes held requests that are now in order.
 func (r *responder) drain(qp *QP, out *txBatch) {
+	defer r.shrink()
 	for r.heldN > 0 && qp.state != QPSErr {
 		h := &r.held[r.ePSN&(maxWindow-1)]
 		if h.buf == nil || h.psn != r.ePSN {
@@ -147,6 +148,14 @@ func (r *responder) drain(qp *QP, out *txBatch) {
 		if r.ePSN == before { // RNR or an error: the requester resends
 			return
 		}
+	}
+}
+
+// shrink lets the held-packet ring go once nothing is held: an idle QP
+// keeps no 1,024-entry ring.
+func (r *responder) shrink() {
+	if r.heldN == 0 {
+		r.held = nil
 	}
 }
 
