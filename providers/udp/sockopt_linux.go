@@ -69,19 +69,30 @@ func gsoRefused(err error) bool {
 }
 
 // groSegment reads the segment size from a received message's control
-// data: 0 when the datagram was not coalesced.
+// data: 0 when the datagram was not coalesced. It walks the headers by
+// hand: unix.ParseSocketControlMessage allocates.
 func groSegment(oob []byte) int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return 0
-	}
-	for _, m := range msgs {
-		if m.Header.Level == unix.SOL_UDP && m.Header.Type == unix.UDP_GRO && len(m.Data) >= 2 {
-			if len(m.Data) >= 4 {
-				return int(binary.NativeEndian.Uint32(m.Data))
-			}
-			return int(binary.NativeEndian.Uint16(m.Data))
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		n := int(h.Len)
+		if n < unix.SizeofCmsghdr || n > len(oob) {
+			return 0
 		}
+		data := oob[unix.CmsgLen(0):n]
+		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO {
+			switch {
+			case len(data) >= 4:
+				return int(binary.NativeEndian.Uint32(data))
+			case len(data) >= 2:
+				return int(binary.NativeEndian.Uint16(data))
+			}
+			return 0
+		}
+		next := unix.CmsgSpace(n - unix.CmsgLen(0))
+		if next > len(oob) {
+			return 0
+		}
+		oob = oob[next:]
 	}
 	return 0
 }

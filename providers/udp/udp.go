@@ -45,6 +45,14 @@ const (
 	udpHeader  = 8
 )
 
+// batchReader receives batches without allocating (recvmmsg on Linux).
+type batchReader interface {
+	recv(bufs, oobs [][]byte) (int, error)
+	size(i int) int
+	control(i int) int
+	from(i int) netip.AddrPort
+}
+
 // batchConn is what x/net's ipv4 and ipv6 packet conns share.
 type batchConn interface {
 	ReadBatch([]ipv4.Message, int) (int, error)
@@ -60,13 +68,16 @@ type Provider struct {
 	v6    bool
 
 	rmsgs []ipv4.Message // owned by the one receiving goroutine
+	br    batchReader    // nil: receive through x/net
+	views [][]byte
 	// With UDP GRO, datagrams arrive coalesced into buffers of our own
 	// and are cut into the caller's packets; what does not fit waits in
 	// pend for the next Recv.
 	gro   bool
 	rbufs [][]byte
 	roob  [][]byte
-	pend  []coalesced
+	pend  []coalesced // what is left of the last batch
+	batch []coalesced // pend's backing array, reused
 
 	sendMu  sync.Mutex
 	smsgs   []ipv4.Message
@@ -134,9 +145,12 @@ func Listen(addr string) (*Provider, error) {
 	p.gsoBufs = make([][]byte, batchSize)
 	p.gsoOOB = make([][]byte, batchSize)
 	p.first = make([]int, batchSize+1)
+	p.br = newBatchReader(conn, max(batchSize, groBatch))
+	p.views = make([][]byte, batchSize)
 	if p.gro {
 		p.rbufs = make([][]byte, groBatch)
 		p.roob = make([][]byte, groBatch)
+		p.batch = make([]coalesced, 0, groBatch)
 		for i := range p.rbufs {
 			p.rbufs[i] = make([]byte, 1<<16)
 			p.roob[i] = make([]byte, 64)
@@ -155,6 +169,18 @@ func Listen(addr string) (*Provider, error) {
 func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 	if p.gro {
 		return p.recvCoalesced(pkts)
+	}
+	if p.br != nil {
+		n := min(len(pkts), len(p.views))
+		for i := range n {
+			p.views[i] = pkts[i].Data[:cap(pkts[i].Data)]
+		}
+		got, err := p.br.recv(p.views[:n], nil)
+		for i := range got {
+			pkts[i].Data = pkts[i].Data[:p.br.size(i)]
+			pkts[i].Addr = p.br.from(i)
+		}
+		return got, err
 	}
 	n := min(len(pkts), len(p.rmsgs))
 	ms := p.rmsgs[:n]
@@ -180,7 +206,21 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 // datagrams into our buffers, cut into the caller's packets (a copy each,
 // against a system call and a kernel pass each saved).
 func (p *Provider) recvCoalesced(pkts []vroce.Packet) (int, error) {
-	if len(p.pend) == 0 {
+	if len(p.pend) == 0 && p.br != nil {
+		got, err := p.br.recv(p.rbufs, p.roob)
+		if err != nil {
+			return 0, err
+		}
+		p.pend = p.batch[:0]
+		for i := range got {
+			n := p.br.size(i)
+			seg := groSegment(p.roob[i][:p.br.control(i)])
+			if seg <= 0 || seg > n {
+				seg = n
+			}
+			p.pend = append(p.pend, coalesced{data: p.rbufs[i][:n], seg: seg, addr: p.br.from(i)})
+		}
+	} else if len(p.pend) == 0 {
 		ms := p.rmsgs[:groBatch]
 		for i := range ms {
 			ms[i].Buffers[0], ms[i].OOB = p.rbufs[i], p.roob[i]
@@ -189,7 +229,7 @@ func (p *Provider) recvCoalesced(pkts []vroce.Packet) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		p.pend = p.pend[:0]
+		p.pend = p.batch[:0]
 		for i := range ms[:got] {
 			var from netip.AddrPort
 			if ua, ok := ms[i].Addr.(*net.UDPAddr); ok {
