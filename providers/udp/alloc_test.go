@@ -50,10 +50,14 @@ func TestNoAllocationPerPacket(t *testing.T) {
 	}
 	round() // warm up: buffers grow once
 	// Zero without the race detector. With it, sync.Pool (inside x/net's
-	// send path) drops what it is given now and then, which costs about
-	// one allocation a batch; one per datagram (eight here) or per packet
-	// would still fail.
-	if a := testing.AllocsPerRun(50, round); a >= 2 {
+	// send path) drops what it is given a quarter of the time, which costs
+	// an allocation or two a batch; one per datagram (eight here) or per
+	// packet would still fail.
+	limit := 0.0
+	if raceEnabled {
+		limit = 3
+	}
+	if a := testing.AllocsPerRun(50, round); a > limit {
 		t.Fatalf("%.1f allocations per batch of %d packets", a, len(out))
 	}
 }
