@@ -14,16 +14,7 @@ func TestNoAllocationPerPacket(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("recvmmsg without allocation is Linux's")
 	}
-	tx, err := Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
-	rx, err := Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rx.Close()
+	tx, rx := providerPair(t)
 	out := make([]vroce.Packet, 32)
 	for i := range out {
 		out[i] = vroce.Packet{Data: make([]byte, 1000), Addr: rx.LocalAddr(), Coalesce: i%8 != 7}

@@ -60,16 +60,7 @@ func TestCoalescedSendsArriveAsSeparateDatagrams(t *testing.T) {
 // run crosses whole); Recv cuts it back into the packets, even when the
 // caller takes fewer at a time than arrived.
 func TestCoalescedReceiveIsCutIntoPackets(t *testing.T) {
-	tx, err := Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
-	rx, err := Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rx.Close()
+	tx, rx := providerPair(t)
 	var sent []vroce.Packet
 	for i := range 20 {
 		n := 1200
@@ -99,4 +90,17 @@ func TestCoalescedReceiveIsCutIntoPackets(t *testing.T) {
 		}
 	}
 	t.Logf("GRO in use: %v", rx.gro)
+}
+
+// providerPair opens two providers on loopback, closed with the test.
+func providerPair(t *testing.T) (tx, rx *Provider) {
+	t.Helper()
+	for _, p := range []**Provider{&tx, &rx} {
+		var err error
+		if *p, err = Listen("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { (*p).Close() })
+	}
+	return tx, rx
 }
