@@ -41,8 +41,24 @@ const (
 // chunk is one received message not yet read: in a held SRQ buffer, or
 // copied out when small.
 type chunk struct {
-	data []byte
-	buf  *buffer // nil when copied
+	data  []byte
+	buf   *buffer // nil when copied
+	small *[]byte // the pooled copy, when copied
+}
+
+// smallBufs holds the copies of small messages, so that receiving one
+// allocates nothing.
+var smallBufs = sync.Pool{New: func() any { b := make([]byte, smallCopy); return &b }}
+
+// release gives a consumed chunk's memory back.
+func (c *chunk) release(st *stack) {
+	if c.buf != nil {
+		st.putBuf(c.buf)
+	}
+	if c.small != nil {
+		smallBufs.Put(c.small)
+	}
+	*c = chunk{}
 }
 
 // sent is a message posted and not yet completed, in posting order (an
@@ -156,10 +172,7 @@ func (s *stream) readLocked(p []byte) int {
 		if len(c.data) > 0 {
 			break
 		}
-		if c.buf != nil {
-			s.st.putBuf(c.buf)
-		}
-		s.rq[0] = chunk{}
+		c.release(s.st)
 		s.rq = s.rq[1:]
 		s.owed++
 	}
@@ -335,10 +348,8 @@ func (s *stream) Close() error {
 	}
 	s.closed = true
 	unread := len(s.rq) > 0
-	for _, c := range s.rq {
-		if c.buf != nil {
-			s.st.putBuf(c.buf)
-		}
+	for i := range s.rq {
+		s.rq[i].release(s.st)
 	}
 	s.rq = nil
 	kick(s.rwake)
@@ -438,7 +449,9 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 			// Data for a stream the application closed: as TCP, reset.
 			s.resetLocked()
 		case int(wc.ByteLen) <= smallCopy:
-			s.rq = append(s.rq, chunk{data: append([]byte(nil), b.data[:wc.ByteLen]...)})
+			small := smallBufs.Get().(*[]byte)
+			n := copy(*small, b.data[:wc.ByteLen])
+			s.rq = append(s.rq, chunk{data: (*small)[:n], small: small})
 		default:
 			s.rq = append(s.rq, chunk{data: b.data[:wc.ByteLen], buf: b})
 			keep = true
@@ -541,10 +554,8 @@ func (s *stream) teardown(onPoller bool) {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	for _, c := range s.rq {
-		if c.buf != nil {
-			s.st.putBuf(c.buf)
-		}
+	for i := range s.rq {
+		s.rq[i].release(s.st)
 	}
 	s.rq = nil
 	for _, m := range s.inflight {
