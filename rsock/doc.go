@@ -24,6 +24,8 @@
 // UDP port equal to its TCP port; a dialer's on an ephemeral port.
 //
 // Close never blocks: what was written is sent, then a FIN, in the
-// background, for at most ten seconds; SetLinger(0) resets instead.
-// Keepalive (Dialer.KeepAlive, 15 s by default) finds a dead peer.
+// background, for at most ten seconds; SetLinger(0) resets instead, as
+// does closing with data unread. Drain waits for background closes, for a
+// program about to exit. Keepalive (Dialer.KeepAlive, 15 s by default)
+// finds a dead peer. A stream grants its peer 8 messages of up to 64 KiB.
 package rsock

@@ -24,6 +24,11 @@
 //	id, err := m.Connect(ctx, qp, serverAddr, cm.Params{}) // active end
 //	defer id.Disconnect()
 //
+// A Manager also answers IB CM service ID resolution (SIDR) for every
+// service it listens on; Probe and Manager.Probe ask it, which is how a
+// dialer learns whether a vRoCE service is behind host:port before it
+// speaks to a TCP server there.
+//
 // Both modes negotiate the path MTU (the smaller) and selective repeat
 // (when both ends speak it). A refused connection is a *RejectError, which
 // is also syscall.ECONNREFUSED. Every connection made by a Manager ends
