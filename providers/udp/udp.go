@@ -88,7 +88,7 @@ type Provider struct {
 	smsgs   []ipv4.Message
 	saddrs  []net.UDPAddr
 	gso     bool     // coalesce packets marked Coalesce, until the kernel refuses
-	gsoBufs [][]byte // per message: the coalesced packets
+	iovs    [][][]byte // per message: room for one buffer per segment
 	gsoOOB  [][]byte // per message: its UDP_SEGMENT control message
 	first   []int    // per message: the index of its first packet
 	gsoSent int      // coalesced datagrams sent (for tests)
@@ -147,7 +147,7 @@ func Listen(addr string) (*Provider, error) {
 	p.smsgs = make([]ipv4.Message, batchSize)
 	p.saddrs = make([]net.UDPAddr, batchSize)
 	p.gso = gsoSupported
-	p.gsoBufs = make([][]byte, batchSize)
+	p.iovs = make([][][]byte, batchSize)
 	p.gsoOOB = make([][]byte, batchSize)
 	p.first = make([]int, batchSize+1)
 	p.br = newBatchReader(conn, max(batchSize, groBatch))
@@ -163,7 +163,8 @@ func Listen(addr string) (*Provider, error) {
 	}
 	for i := range p.rmsgs {
 		p.rmsgs[i].Buffers = make([][]byte, 1)
-		p.smsgs[i].Buffers = make([][]byte, 1)
+		p.iovs[i] = make([][]byte, maxGSOSegments)
+		p.smsgs[i].Buffers = p.iovs[i][:1]
 		p.saddrs[i].IP = make(net.IP, 16)
 		p.gsoOOB[i] = make([]byte, 64)
 	}
@@ -304,7 +305,8 @@ func (p *Provider) Send(pkts []vroce.Packet) error {
 			off += sent
 		}
 		for k := range ms {
-			ms[k].Buffers[0], ms[k].Addr, ms[k].OOB = nil, nil, nil
+			clear(ms[k].Buffers)
+			ms[k].Buffers, ms[k].Addr, ms[k].OOB = p.iovs[k][:1], nil, nil
 		}
 		pkts = pkts[i:]
 	}
@@ -350,14 +352,11 @@ func (p *Provider) message(m int, pkts []vroce.Packet) {
 		msg.Buffers[0] = pkts[0].Data
 		return
 	}
-	if p.gsoBufs[m] == nil {
-		p.gsoBufs[m] = make([]byte, 0, maxGSOBytes)
+	// The kernel gathers the segments from an iovec each: no copy here.
+	msg.Buffers = p.iovs[m][:len(pkts)]
+	for i, pk := range pkts {
+		msg.Buffers[i] = pk.Data
 	}
-	buf := p.gsoBufs[m][:0]
-	for _, pk := range pkts {
-		buf = append(buf, pk.Data...)
-	}
-	msg.Buffers[0] = buf
 	msg.OOB = gsoControl(p.gsoOOB[m], len(pkts[0].Data))
 	p.gsoSent++
 }
