@@ -104,3 +104,27 @@ func providerPair(t *testing.T) (tx, rx *Provider) {
 	}
 	return tx, rx
 }
+
+// TestPortableReceivePath: the x/net reader, which other systems use,
+// delivers the same datagrams with their sources.
+func TestPortableReceivePath(t *testing.T) {
+	tx, rx := providerPair(t)
+	rx.br = newXnetReader(rx.bc, groBatch)
+	sent := []vroce.Packet{{Data: []byte("one"), Addr: rx.LocalAddr()}, {Data: []byte("two"), Addr: rx.LocalAddr()}}
+	if err := tx.Send(sent); err != nil {
+		t.Fatal(err)
+	}
+	for got := 0; got < len(sent); {
+		pkts := []vroce.Packet{{Data: make([]byte, vroce.MaxPacketSize)}, {Data: make([]byte, vroce.MaxPacketSize)}}
+		n, err := rx.Recv(pkts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pkts[:n] {
+			if !bytes.Equal(p.Data, sent[got].Data) || p.Addr != tx.LocalAddr() {
+				t.Fatalf("packet %d: %q from %v", got, p.Data, p.Addr)
+			}
+			got++
+		}
+	}
+}

@@ -58,6 +58,49 @@ type batchReader interface {
 	from(i int) netip.AddrPort
 }
 
+// xnetReader receives through x/net's ReadBatch where recvmmsg cannot be
+// called directly; it allocates an address per datagram.
+type xnetReader struct {
+	bc      batchConn
+	msgs    []ipv4.Message
+	sources []netip.AddrPort
+}
+
+func newXnetReader(bc batchConn, size int) *xnetReader {
+	r := &xnetReader{bc: bc, msgs: make([]ipv4.Message, size), sources: make([]netip.AddrPort, size)}
+	for i := range r.msgs {
+		r.msgs[i].Buffers = make([][]byte, 1)
+	}
+	return r
+}
+
+func (r *xnetReader) recv(bufs, oobs [][]byte) (int, error) {
+	ms := r.msgs[:min(len(bufs), len(r.msgs))]
+	for i := range ms {
+		ms[i].Buffers[0], ms[i].OOB = bufs[i], nil
+		if oobs != nil {
+			ms[i].OOB = oobs[i]
+		}
+	}
+	got, err := r.bc.ReadBatch(ms, 0)
+	if err != nil {
+		return 0, err
+	}
+	for i := range ms[:got] {
+		r.sources[i] = netip.AddrPort{}
+		if ua, ok := ms[i].Addr.(*net.UDPAddr); ok {
+			ap := ua.AddrPort()
+			r.sources[i] = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		}
+		ms[i].Addr = nil
+	}
+	return got, nil
+}
+
+func (r *xnetReader) size(i int) int            { return r.msgs[i].N }
+func (r *xnetReader) control(i int) int         { return r.msgs[i].NN }
+func (r *xnetReader) from(i int) netip.AddrPort { return r.sources[i] }
+
 // batchConn is what x/net's ipv4 and ipv6 packet conns share.
 type batchConn interface {
 	ReadBatch([]ipv4.Message, int) (int, error)
@@ -72,8 +115,7 @@ type Provider struct {
 	mtu   int
 	v6    bool
 
-	rmsgs []ipv4.Message // owned by the one receiving goroutine
-	br    batchReader    // nil: receive through x/net
+	br    batchReader // owned by the one receiving goroutine
 	views [][]byte
 	// With UDP GRO, datagrams arrive coalesced into buffers of our own
 	// and are cut into the caller's packets; what does not fit waits in
@@ -87,11 +129,11 @@ type Provider struct {
 	sendMu  sync.Mutex
 	smsgs   []ipv4.Message
 	saddrs  []net.UDPAddr
-	gso     bool     // coalesce packets marked Coalesce, until the kernel refuses
+	gso     bool       // coalesce packets marked Coalesce, until the kernel refuses
 	iovs    [][][]byte // per message: room for one buffer per segment
-	gsoOOB  [][]byte // per message: its UDP_SEGMENT control message
-	first   []int    // per message: the index of its first packet
-	gsoSent int      // coalesced datagrams sent (for tests)
+	gsoOOB  [][]byte   // per message: its UDP_SEGMENT control message
+	first   []int      // per message: the index of its first packet
+	gsoSent int        // coalesced datagrams sent (for tests)
 }
 
 // coalesced is a received run of datagrams of seg bytes each (the last
@@ -143,7 +185,6 @@ func Listen(addr string) (*Provider, error) {
 	if p.v6 {
 		p.mtu = linkMTU(local.Addr()) - ipv6Header - udpHeader
 	}
-	p.rmsgs = make([]ipv4.Message, batchSize)
 	p.smsgs = make([]ipv4.Message, batchSize)
 	p.saddrs = make([]net.UDPAddr, batchSize)
 	p.gso = gsoSupported
@@ -151,6 +192,9 @@ func Listen(addr string) (*Provider, error) {
 	p.gsoOOB = make([][]byte, batchSize)
 	p.first = make([]int, batchSize+1)
 	p.br = newBatchReader(conn, max(batchSize, groBatch))
+	if p.br == nil {
+		p.br = newXnetReader(p.bc, max(batchSize, groBatch))
+	}
 	p.views = make([][]byte, batchSize)
 	if p.gro {
 		p.rbufs = make([][]byte, groBatch)
@@ -161,8 +205,7 @@ func Listen(addr string) (*Provider, error) {
 			p.roob[i] = make([]byte, 64)
 		}
 	}
-	for i := range p.rmsgs {
-		p.rmsgs[i].Buffers = make([][]byte, 1)
+	for i := range p.smsgs {
 		p.iovs[i] = make([][]byte, maxGSOSegments)
 		p.smsgs[i].Buffers = p.iovs[i][:1]
 		p.saddrs[i].IP = make(net.IP, 16)
@@ -176,43 +219,23 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 	if p.gro {
 		return p.recvCoalesced(pkts)
 	}
-	if p.br != nil {
-		n := min(len(pkts), len(p.views))
-		for i := range n {
-			p.views[i] = pkts[i].Data[:cap(pkts[i].Data)]
-		}
-		got, err := p.br.recv(p.views[:n], nil)
-		for i := range got {
-			pkts[i].Data = pkts[i].Data[:p.br.size(i)]
-			pkts[i].Addr = p.br.from(i)
-		}
-		return got, err
+	n := min(len(pkts), len(p.views))
+	for i := range n {
+		p.views[i] = pkts[i].Data[:cap(pkts[i].Data)]
 	}
-	n := min(len(pkts), len(p.rmsgs))
-	ms := p.rmsgs[:n]
-	for i := range ms {
-		ms[i].Buffers[0] = pkts[i].Data[:cap(pkts[i].Data)]
+	got, err := p.br.recv(p.views[:n], nil)
+	for i := range got {
+		pkts[i].Data = pkts[i].Data[:p.br.size(i)]
+		pkts[i].Addr = p.br.from(i)
 	}
-	got, err := p.bc.ReadBatch(ms, 0)
-	if err != nil {
-		return 0, err
-	}
-	for i := range ms[:got] {
-		pkts[i].Data = pkts[i].Data[:ms[i].N]
-		if ua, ok := ms[i].Addr.(*net.UDPAddr); ok {
-			ap := ua.AddrPort()
-			pkts[i].Addr = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-		}
-		ms[i].Addr = nil
-	}
-	return got, nil
+	return got, err
 }
 
 // recvCoalesced receives with UDP GRO: a batch of possibly coalesced
 // datagrams into our buffers, cut into the caller's packets (a copy each,
 // against a system call and a kernel pass each saved).
 func (p *Provider) recvCoalesced(pkts []vroce.Packet) (int, error) {
-	if len(p.pend) == 0 && p.br != nil {
+	if len(p.pend) == 0 {
 		got, err := p.br.recv(p.rbufs, p.roob)
 		if err != nil {
 			return 0, err
@@ -225,29 +248,6 @@ func (p *Provider) recvCoalesced(pkts []vroce.Packet) (int, error) {
 				seg = n
 			}
 			p.pend = append(p.pend, coalesced{data: p.rbufs[i][:n], seg: seg, addr: p.br.from(i)})
-		}
-	} else if len(p.pend) == 0 {
-		ms := p.rmsgs[:groBatch]
-		for i := range ms {
-			ms[i].Buffers[0], ms[i].OOB = p.rbufs[i], p.roob[i]
-		}
-		got, err := p.bc.ReadBatch(ms, 0)
-		if err != nil {
-			return 0, err
-		}
-		p.pend = p.batch[:0]
-		for i := range ms[:got] {
-			var from netip.AddrPort
-			if ua, ok := ms[i].Addr.(*net.UDPAddr); ok {
-				ap := ua.AddrPort()
-				from = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-			}
-			seg := groSegment(ms[i].OOB[:ms[i].NN])
-			if seg <= 0 || seg > ms[i].N {
-				seg = ms[i].N
-			}
-			p.pend = append(p.pend, coalesced{data: p.rbufs[i][:ms[i].N], seg: seg, addr: from})
-			ms[i].Addr = nil
 		}
 	}
 	k := 0
