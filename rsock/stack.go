@@ -207,13 +207,7 @@ var liveStacks atomic.Int64
 
 // failAll ends every stream with err.
 func (s *stack) failAll(err error) {
-	s.mu.Lock()
-	all := make([]*stream, 0, len(s.streams))
-	for _, st := range s.streams {
-		all = append(all, st)
-	}
-	s.mu.Unlock()
-	for _, st := range all {
+	for _, st := range s.snapshot() {
 		st.fail(err, true)
 	}
 }
@@ -233,13 +227,7 @@ func (s *stack) keepalive(ctx context.Context) {
 		}
 		now := time.Now()
 		next := time.Second
-		s.mu.Lock()
-		all := make([]*stream, 0, len(s.streams))
-		for _, st := range s.streams {
-			all = append(all, st)
-		}
-		s.mu.Unlock()
-		for _, st := range all {
+		for _, st := range s.snapshot() {
 			if p := st.keepaliveCheck(now); p > 0 {
 				next = min(next, max(p/4, 5*time.Millisecond))
 			}
@@ -258,10 +246,15 @@ func (s *stack) getBuf() (*buffer, error) {
 		return b, nil
 	}
 	s.mu.Unlock()
+	return s.newBuf()
+}
+
+// newBuf registers a fresh buffer.
+func (s *stack) newBuf() (*buffer, error) {
 	data := make([]byte, bufSize)
 	mr, err := s.pd.RegMR(data, vroce.AccessLocalWrite)
 	if err != nil {
-		return nil, fmt.Errorf("rsock: receive buffer: %w", err)
+		return nil, fmt.Errorf("rsock: buffer: %w", err)
 	}
 	return &buffer{mr: mr, data: data}, nil
 }
@@ -286,12 +279,10 @@ func (s *stack) replenishLocked() error {
 		if n := len(s.free); n > 0 {
 			b, s.free = s.free[n-1], s.free[:n-1]
 		} else {
-			data := make([]byte, bufSize)
-			mr, err := s.pd.RegMR(data, vroce.AccessLocalWrite)
-			if err != nil {
-				return fmt.Errorf("rsock: receive buffer: %w", err)
+			var err error
+			if b, err = s.newBuf(); err != nil {
+				return err
 			}
-			b = &buffer{mr: mr, data: data}
 		}
 		var slot uint32
 		if n := len(s.rxFree); n > 0 {
@@ -322,6 +313,17 @@ func (s *stack) takeRx(id uint64) *buffer {
 	s.rxFree = append(s.rxFree, uint32(id))
 	s.posted--
 	return b
+}
+
+// snapshot lists the streams, to visit without the stack's lock.
+func (s *stack) snapshot() []*stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all := make([]*stream, 0, len(s.streams))
+	for _, st := range s.streams {
+		all = append(all, st)
+	}
+	return all
 }
 
 func (s *stack) add(st *stream) {
