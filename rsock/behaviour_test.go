@@ -239,16 +239,14 @@ func TestCloseInEveryOrder(t *testing.T) {
 		},
 		"close with unread data resets": func(a, b net.Conn) error {
 			a.Write([]byte("never read"))
-			time.Sleep(10 * time.Millisecond) // let it arrive unread (either way the peer sees a reset)
-			b.Close()
-			deadline := time.Now().Add(5 * time.Second)
-			for time.Now().Before(deadline) {
-				if _, err := a.Write([]byte("x")); errors.Is(err, syscall.ECONNRESET) {
-					return nil
-				}
-				time.Sleep(time.Millisecond)
+			if err := eventually(func() bool { return unread(b) > 0 }); err != nil {
+				return err
 			}
-			return errors.New("the writer never saw the reset")
+			b.Close()
+			return eventually(func() bool {
+				_, err := a.Write([]byte("x"))
+				return errors.Is(err, syscall.ECONNRESET)
+			})
 		},
 	}
 	for name, run := range cases {
@@ -451,4 +449,23 @@ func TestPeerProcessKilledMidTransfer(t *testing.T) {
 	c.Close()
 	l.Close()
 	settle(t)
+}
+
+// eventually polls cond, for state that has no completion to wait on,
+// and fails after five seconds.
+func eventually(cond func() bool) error {
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return errors.New("timed out waiting for a condition")
+		}
+	}
+	return nil
+}
+
+// unread is how many received messages a stream holds unread.
+func unread(c net.Conn) int {
+	s := c.(*Conn).s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.rq)
 }
