@@ -2,8 +2,6 @@ package udp_test
 
 import (
 	"bytes"
-	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -35,25 +33,12 @@ func TestSACKsDecodeAsPlainRoCEAcks(t *testing.T) {
 	if err := da.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcap.NewReader(f)
+	ds, err := pcap.ReadUDP(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sacks := 0
-	for {
-		frame, _, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, _ := pcap.DecodeUDP(frame)
+	for _, d := range ds {
 		var p wire.Packet
 		var s wire.SACK
 		if wire.Parse(&p, d.Payload) == nil && p.BTH.Opcode == wire.RCAcknowledge && wire.ParseSACK(&s, p.Payload) {

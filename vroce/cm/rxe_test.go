@@ -1,10 +1,7 @@
 package cm
 
 import (
-	"errors"
-	"io"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -26,33 +23,21 @@ type capturedMAD struct {
 // rxeMADs reads the QP1 traffic of one of the rdma_rxe reference captures.
 func rxeMADs(t *testing.T, name string) []capturedMAD {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "wire", "testdata", "rxe-pcaps", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := pcap.NewReader(f)
+	ds, err := pcap.ReadUDP(filepath.Join("..", "wire", "testdata", "rxe-pcaps", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []capturedMAD
-	for {
-		frame, _, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, ok := pcap.DecodeUDP(frame)
+	for _, d := range ds {
 		var p wire.Packet
-		if !ok || d.DstPort != 4791 || wire.Parse(&p, d.Payload) != nil || p.BTH.DestQP != vroce.GSIQPN {
+		if d.DstPort != 4791 || wire.Parse(&p, d.Payload) != nil || p.BTH.DestQP != vroce.GSIQPN {
 			continue
 		}
 		c := capturedMAD{from: netip.AddrFrom4([4]byte(d.IPHeader[12:16])), raw: append([]byte(nil), p.Payload...)}
 		c.err = parseMAD(c.raw, &c.msg)
 		out = append(out, c)
 	}
+	return out
 }
 
 // TestParseMADReadsRxeCaptures decodes the connection setup and teardown

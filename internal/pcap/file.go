@@ -1,0 +1,46 @@
+package pcap
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Datagram is a UDP datagram read from a capture file, with the number
+// of its frame (from 1), its bytes copied out of the reader.
+type Datagram struct {
+	Frame int
+	UDPDatagram
+}
+
+// ReadUDP reads the capture at path and returns its UDP datagrams,
+// skipping every other frame.
+func ReadUDP(path string) ([]Datagram, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var out []Datagram
+	for n := 1; ; n++ {
+		frame, _, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s frame %d: %w", path, n, err)
+		}
+		d, ok := DecodeUDP(frame)
+		if !ok {
+			continue
+		}
+		d.IPHeader, d.UDPHeader, d.Payload = bytes.Clone(d.IPHeader), bytes.Clone(d.UDPHeader), bytes.Clone(d.Payload)
+		out = append(out, Datagram{Frame: n, UDPDatagram: d})
+	}
+}
