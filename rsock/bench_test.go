@@ -48,41 +48,62 @@ func benchPair(b *testing.B, overVRoCE bool) (client, server net.Conn, done func
 // BenchmarkStreamWrite64K: one stream, 64 KiB writes, a reader draining;
 // vroce and tcp in the same run.
 func BenchmarkStreamWrite64K(b *testing.B) {
-	for _, t := range []struct {
-		name  string
-		vroce bool
-	}{{"vroce", true}, {"tcp", false}} {
-		b.Run(t.name, func(b *testing.B) {
-			c, s, done := benchPair(b, t.vroce)
-			defer done()
-			buf := make([]byte, 64<<10)
-			read := make(chan error, 1)
-			go func() {
-				_, err := io.CopyN(io.Discard, s, int64(b.N)*int64(len(buf)))
-				if err == nil {
-					_, err = s.Write([]byte{1})
-				}
-				read <- err
-			}()
-			b.SetBytes(int64(len(buf)))
-			b.ResetTimer()
-			for range b.N {
-				if _, err := c.Write(buf); err != nil {
-					b.Fatal(err)
-				}
+	onBoth(b, func(b *testing.B, c, s net.Conn) {
+		buf := make([]byte, 64<<10)
+		read := make(chan error, 1)
+		go func() {
+			_, err := io.CopyN(io.Discard, s, int64(b.N)*int64(len(buf)))
+			if err == nil {
+				_, err = s.Write([]byte{1})
 			}
-			if _, err := io.ReadFull(c, buf[:1]); err != nil {
+			read <- err
+		}()
+		b.SetBytes(int64(len(buf)))
+		b.ResetTimer()
+		for range b.N {
+			if _, err := c.Write(buf); err != nil {
 				b.Fatal(err)
 			}
-			if err := <-read; err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
+		}
+		if _, err := io.ReadFull(c, buf[:1]); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-read; err != nil {
+			b.Fatal(err)
+		}
+	})
 }
 
 // BenchmarkStreamPingPong64: 64-byte ping-pongs; ns/op is the round trip.
 func BenchmarkStreamPingPong64(b *testing.B) {
+	onBoth(b, func(b *testing.B, c, s net.Conn) {
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				if _, err := io.ReadFull(s, buf); err != nil {
+					return
+				}
+				if _, err := s.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		buf := make([]byte, 64)
+		b.ResetTimer()
+		for range b.N {
+			if _, err := c.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// onBoth runs a benchmark over a vRoCE stream, then over kernel TCP, in
+// the same run.
+func onBoth(b *testing.B, bench func(b *testing.B, client, server net.Conn)) {
 	for _, t := range []struct {
 		name  string
 		vroce bool
@@ -90,27 +111,7 @@ func BenchmarkStreamPingPong64(b *testing.B) {
 		b.Run(t.name, func(b *testing.B) {
 			c, s, done := benchPair(b, t.vroce)
 			defer done()
-			go func() {
-				buf := make([]byte, 64)
-				for {
-					if _, err := io.ReadFull(s, buf); err != nil {
-						return
-					}
-					if _, err := s.Write(buf); err != nil {
-						return
-					}
-				}
-			}()
-			buf := make([]byte, 64)
-			b.ResetTimer()
-			for range b.N {
-				if _, err := c.Write(buf); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(c, buf); err != nil {
-					b.Fatal(err)
-				}
-			}
+			bench(b, c, s)
 		})
 	}
 }
