@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test vet fmt-check demo bench bench-page bench-scale fuzz clean
+.PHONY: all build test vet fmt-check demo bench bench-page bench-scale bench-afxdp fuzz clean
 
 all: build
 
@@ -63,6 +63,12 @@ bench-page: build
 # 10,000 through the default backlog (about a minute).
 bench-scale: build
 	scripts/conn-scale.sh $(BIN)/vroce-perf
+
+# AF_XDP against the UDP provider on one veth pair between two network
+# namespaces, each next to kernel TCP: packet rate, bandwidth, latency.
+# Needs root, ip and ethtool (about half a minute).
+bench-afxdp: build
+	scripts/afxdp-bench.sh $(BIN)/vroce-perf
 
 # Run every fuzz target for FUZZTIME each.
 fuzz:

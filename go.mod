@@ -3,6 +3,7 @@ module vroce.dev
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0

@@ -219,6 +219,9 @@ func (d *Dialer) clientStack(raddr netip.AddrPort) (*stack, error) {
 		c.Close()
 		cfg.addr = net.JoinHostPort(la.String(), "0")
 	}
+	if cfg.addr == "" && cfg.provider == "afxdp" {
+		cfg.addr = ":0" // its interface's address, any free port
+	}
 	if cfg.options != nil && !reflect.TypeOf(cfg.options).Comparable() {
 		// Options that cannot key the table: a stack of the dial's own.
 		st, err := openStack(cfg)

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	_ "vroce.dev/providers/afxdp" // VROCE_PROVIDER=afxdp VROCE_IFACE=NAME
 	"vroce.dev/rsock"
 )
 
@@ -80,8 +81,9 @@ usage: rsock-proxy --listen URL --to URL [flags]
       vRoCE stream to server:9000
 
 URLs are vroce://HOST:PORT or tcp://HOST:PORT. A vroce:// listener also
-uses UDP port PORT (its vRoCE device). Environment: VROCE_PROVIDER,
-RSOCK_MODE, RSOCK_FALLBACK as for any rsock program.
+uses UDP port PORT (its vRoCE device). Environment: VROCE_PROVIDER (udp,
+or afxdp with VROCE_IFACE=NAME), RSOCK_MODE, RSOCK_FALLBACK as for any
+rsock program.
 
 flags:
 `

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	_ "vroce.dev/providers/afxdp"
 	_ "vroce.dev/providers/sim"
 	_ "vroce.dev/providers/udp"
 	"vroce.dev/vroce"
@@ -35,6 +36,7 @@ var tests = map[string]bool{
 type config struct {
 	Test     string
 	Provider string
+	Iface    string `json:"-"` // local to each end
 	Size     int
 	Iters    int
 	MTU      int
@@ -131,7 +133,8 @@ func main() {
 func defineFlags(c *config) {
 	flag.CommandLine = flag.NewFlagSet("vroce-perf", flag.ContinueOnError)
 	fs := flag.CommandLine
-	fs.StringVar(&c.Provider, "provider", "", "packet provider: udp or sim (default $VROCE_PROVIDER, then udp)")
+	fs.StringVar(&c.Provider, "provider", "", "packet provider: udp, afxdp or sim (default $VROCE_PROVIDER, then udp)")
+	fs.StringVar(&c.Iface, "iface", "", "afxdp provider: the network interface (default $VROCE_IFACE)")
 	fs.IntVar(&c.Size, "s", 0, "message size in bytes (default 65536 for _bw, 2 for _lat, 8 for atomic_lat)")
 	fs.IntVar(&c.Size, "size", 0, "same as -s")
 	fs.IntVar(&c.Iters, "n", 0, "iterations (default 5000 for _bw, 1000 for _lat)")

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"vroce.dev/providers/afxdp"
 	"vroce.dev/providers/sim"
 	"vroce.dev/vroce"
 )
@@ -52,11 +53,19 @@ func (c *config) devConfig(role string, network *sim.Network) vroce.Config {
 			addr = ":0"
 		}
 	}
-	dc := vroce.Config{Provider: c.Provider, Addr: addr, MTU: vroce.MTU(c.MTU)}
+	dc := vroce.Config{Provider: c.Provider, Addr: addr, MTU: vroce.MTU(c.MTU), ProviderOptions: c.providerOptions()}
 	if network != nil {
 		dc.ProviderOptions = network
 	}
 	return dc
+}
+
+// providerOptions are what a provider other than sim needs from the flags.
+func (c *config) providerOptions() any {
+	if c.Provider == "afxdp" {
+		return afxdp.Options{Iface: c.Iface}
+	}
+	return nil
 }
 
 // runLoopback runs both ends in this process, joined by a loopback TCP
@@ -219,7 +228,7 @@ func serve(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 	}
 	run := h.Config
 	run.JSON, run.Loopback, run.DevAddr, run.quietProg = cfg.JSON, cfg.Loopback, cfg.DevAddr, true
-	run.Provider = cfg.Provider
+	run.Provider, run.Iface = cfg.Provider, cfg.Iface
 	if run.Test != cfg.Test {
 		return nil, fmt.Errorf("client runs %s, this server %s", run.Test, cfg.Test)
 	}

@@ -33,7 +33,7 @@ type streamSetup struct {
 }
 
 func (s streamSetup) listenConfig() *rsock.ListenConfig {
-	lc := &rsock.ListenConfig{Mode: s.cfg.Mode, Provider: s.cfg.Provider}
+	lc := &rsock.ListenConfig{Mode: s.cfg.Mode, Provider: s.cfg.Provider, ProviderOptions: s.cfg.providerOptions()}
 	if s.network != nil {
 		lc.ProviderOptions, lc.DeviceAddr = s.network, "127.0.0.1:0"
 	}
@@ -41,7 +41,7 @@ func (s streamSetup) listenConfig() *rsock.ListenConfig {
 }
 
 func (s streamSetup) dialer() *rsock.Dialer {
-	d := &rsock.Dialer{Mode: s.cfg.Mode, Provider: s.cfg.Provider, NoFallback: true, Timeout: 30 * time.Second}
+	d := &rsock.Dialer{Mode: s.cfg.Mode, Provider: s.cfg.Provider, ProviderOptions: s.cfg.providerOptions(), NoFallback: true, Timeout: 30 * time.Second}
 	if s.network != nil {
 		d.ProviderOptions = s.network
 	}

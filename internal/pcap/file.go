@@ -9,9 +9,11 @@ import (
 )
 
 // Datagram is a UDP datagram read from a capture file, with the number
-// of its frame (from 1), its bytes copied out of the reader.
+// of its frame (from 1) and the whole frame, its bytes copied out of the
+// reader.
 type Datagram struct {
 	Frame int
+	Raw   []byte
 	UDPDatagram
 }
 
@@ -40,7 +42,8 @@ func ReadUDP(path string) ([]Datagram, error) {
 		if !ok {
 			continue
 		}
-		d.IPHeader, d.UDPHeader, d.Payload = bytes.Clone(d.IPHeader), bytes.Clone(d.UDPHeader), bytes.Clone(d.Payload)
-		out = append(out, Datagram{Frame: n, UDPDatagram: d})
+		raw := bytes.Clone(frame)
+		d, _ = DecodeUDP(raw) // the same datagram, in the copy
+		out = append(out, Datagram{Frame: n, Raw: raw, UDPDatagram: d})
 	}
 }

@@ -1,0 +1,409 @@
+package afxdp_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"vroce.dev/internal/netnstest"
+	"vroce.dev/internal/verbstest"
+	"vroce.dev/providers/afxdp"
+	_ "vroce.dev/providers/udp"
+	"vroce.dev/rsock"
+	"vroce.dev/vroce"
+)
+
+// openAFXDP opens an AF_XDP device on h's veth, inside h's namespace.
+func openAFXDP(t *testing.T, h netnstest.Host, addr string) (*vroce.Device, *afxdp.Provider) {
+	t.Helper()
+	var dev *vroce.Device
+	var prov *afxdp.Provider
+	netnstest.In(t, h.NS, func() {
+		p, err := afxdp.Open(addr, afxdp.Options{Iface: h.Dev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := vroce.OpenWithProvider(p, vroce.Config{})
+		if err != nil {
+			p.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		dev, prov = d, p
+	})
+	return dev, prov
+}
+
+// exercise moves size bytes each way with WRITE and READ and checks them.
+func exercise(t *testing.T, a, b *verbstest.Node, size int) {
+	t.Helper()
+	verbstest.Fill(a.Buf[:size], 5)
+	err := a.QP.PostSend(vroce.SendWR{ID: 1, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled,
+		SGL: []vroce.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verbstest.MustSucceed(t, verbstest.WaitCompletions(t, a.CQ, 1, 20*time.Second))
+	verbstest.Sync(b)
+	if !bytes.Equal(a.Buf[:size], b.Buf[:size]) {
+		t.Fatal("WRITE: data differs")
+	}
+	verbstest.Fill(b.Buf[size:2*size], 9)
+	verbstest.Sync(b)
+	err = a.QP.PostSend(vroce.SendWR{ID: 2, Opcode: vroce.WRRDMARead, Flags: vroce.SendSignaled,
+		SGL: []vroce.SGE{a.MR.SGE(size, size)}, RemoteAddr: b.MR.Addr() + uint64(size), RKey: b.MR.RKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	verbstest.MustSucceed(t, verbstest.WaitCompletions(t, a.CQ, 1, 20*time.Second))
+	if !bytes.Equal(a.Buf[size:2*size], b.Buf[size:2*size]) {
+		t.Fatal("READ: data differs")
+	}
+}
+
+// Verbs traffic between two AF_XDP devices: 16 MiB each way, many times
+// the frames each socket has, after which the frames are back where they
+// belong: every TX frame free, and the receive frames in the fill and RX
+// rings but for the few a copy-mode kernel keeps in its own cache for the
+// next packet (a frame lost on our receive path starves the fill ring, as
+// an early version did within a megabyte).
+func TestVerbsBetweenAFXDPDevices(t *testing.T) {
+	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
+	da, pa := openAFXDP(t, ha, ha.IP+":4791")
+	db, pb := openAFXDP(t, hb, hb.IP+":4791")
+	o := verbstest.DefaultOpts()
+	o.BufSize = 32 << 20
+	a, b := verbstest.Pair(t, da, db, o)
+	exercise(t, a, b, 16<<20)
+	for _, p := range []*afxdp.Provider{pa, pb} {
+		st := p.Stats()
+		if st.RxPackets < 4*afxdp.Frames || st.RxInvalid != 0 {
+			t.Fatalf("stats %+v", st)
+		}
+		const kernelCache = 64
+		settled := func(rx, tx []int) bool { return rx[0] >= afxdp.Frames-kernelCache && tx[0] == afxdp.Frames }
+		rx, tx := afxdp.FrameAccount(p)
+		for deadline := time.Now().Add(5 * time.Second); !settled(rx, tx) && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond) // a last ACK may be on its way through
+			rx, tx = afxdp.FrameAccount(p)
+		}
+		if !settled(rx, tx) {
+			t.Fatalf("frames: %d of %d with the kernel for receiving, %d of %d free for sending", rx[0], afxdp.Frames, tx[0], afxdp.Frames)
+		}
+		t.Logf("%+v", st)
+	}
+}
+
+// Each end's device opens in its namespace; a is the requester.
+func openPair(t *testing.T, da, db *vroce.Device) (a, b *verbstest.Node) {
+	o := verbstest.DefaultOpts()
+	o.BufSize = 4 << 20
+	return verbstest.Pair(t, da, db, o)
+}
+
+func openUDP(t *testing.T, h netnstest.Host, addr string) *vroce.Device {
+	t.Helper()
+	var d *vroce.Device
+	netnstest.In(t, h.NS, func() { d = verbstest.OpenDevice(t, vroce.Config{Provider: "udp", Addr: addr}) })
+	return d
+}
+
+// The wire is the same: an AF_XDP device and a UDP-provider device
+// exchange verbs traffic both ways, over IPv4 and IPv6.
+func TestInteropWithUDPProvider(t *testing.T) {
+	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
+	for _, fam := range []struct{ name, a, b string }{
+		{"ipv4", ha.IP + ":4791", hb.IP + ":4791"},
+		{"ipv6", "[" + ha.IP6 + "]:4792", "[" + hb.IP6 + "]:4792"},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			dx, px := openAFXDP(t, ha, fam.a)
+			du := openUDP(t, hb, fam.b)
+			x, u := openPair(t, dx, du)
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("AF_XDP %+v dev %+v", px.Stats(), dx.Stats())
+					t.Logf("UDP dev %+v", du.Stats())
+				}
+			})
+			exercise(t, x, u, 1<<20) // AF_XDP requests
+			u2, x2 := openPair(t, du, dx)
+			exercise(t, u2, x2, 1<<20) // UDP requests
+			st := px.Stats()
+			if st.RxPackets == 0 || st.TxPackets == 0 || st.RxInvalid != 0 {
+				t.Fatalf("AF_XDP provider stats %+v", st)
+			}
+			dx.Close()
+		})
+	}
+}
+
+// xdpAttached reports whether ip shows an XDP program on h's veth.
+func xdpAttached(t *testing.T, h netnstest.Host) bool {
+	t.Helper()
+	return strings.Contains(netnstest.Sh(t, "", "ip", "-n", h.NS, "link", "show", "dev", h.Dev), "xdp")
+}
+
+// While the program is attached, everything that is not vRoCE still
+// reaches the kernel: ARP (the neighbour tables start empty), kernel TCP,
+// and UDP to another port. The provider's own first packets wait for the
+// kernel to resolve the peer. After Close nothing is left on the link.
+func TestKernelTrafficPassesAndCloseDetaches(t *testing.T) {
+	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
+	dx, px := openAFXDP(t, ha, ha.IP+":4791")
+	if !xdpAttached(t, ha) {
+		t.Fatal("no XDP program on the link after Open")
+	}
+	for _, h := range []netnstest.Host{ha, hb} {
+		netnstest.Sh(t, "", "ip", "-n", h.NS, "neigh", "flush", "dev", h.Dev)
+	}
+
+	var ln net.Listener
+	var pc net.PacketConn
+	netnstest.In(t, ha.NS, func() {
+		var err error
+		if ln, err = net.Listen("tcp", ha.IP+":0"); err != nil {
+			t.Fatal(err)
+		}
+		if pc, err = net.ListenPacket("udp", ha.IP+":0"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer ln.Close()
+	defer pc.Close()
+	accepted := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(c)
+		accepted <- b
+	}()
+	netnstest.In(t, hb.NS, func() {
+		c, err := net.DialTimeout("tcp", ln.Addr().String(), 5*time.Second)
+		if err != nil {
+			t.Fatalf("kernel TCP across the attached link: %v", err)
+		}
+		c.Write([]byte("kernel tcp"))
+		c.Close()
+		u, err := net.Dial("udp", pc.LocalAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Write([]byte("kernel udp"))
+		u.Close()
+	})
+	if got := <-accepted; string(got) != "kernel tcp" {
+		t.Fatalf("TCP carried %q", got)
+	}
+	pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, _, err := pc.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != "kernel udp" {
+		t.Fatalf("UDP to another port: %q, %v", buf[:n], err)
+	}
+	if !strings.Contains(netnstest.Sh(t, "", "ip", "-n", ha.NS, "neigh", "show", hb.IP), "lladdr") {
+		t.Fatal("ARP did not resolve the peer while the program was attached")
+	}
+
+	// vRoCE to a peer the provider must resolve itself.
+	netnstest.Sh(t, "", "ip", "-n", ha.NS, "neigh", "flush", "dev", ha.Dev)
+	du := openUDP(t, hb, hb.IP+":4791")
+	x, u := openPair(t, dx, du)
+	exercise(t, x, u, 64<<10)
+
+	st := px.Stats()
+	dx.Close()
+	if xdpAttached(t, ha) {
+		t.Fatal("the XDP program is still attached after Close")
+	}
+	t.Logf("stats %+v", st)
+	// The interface is free again.
+	_, p2 := openAFXDP(t, ha, ha.IP+":4791")
+	p2.Close()
+}
+
+// A process killed with the program attached leaves nothing on the
+// interface (the attachment is a BPF link, which ends with its process),
+// and the next Open succeeds.
+func TestKilledProcessLeavesNothing(t *testing.T) {
+	ha, _ := netnstest.Link(t, netnstest.LinkOpts{})
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "AFXDP_TEST_CHILD="+ha.NS+","+ha.Dev+","+ha.IP+":4791")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "ready" {
+		t.Log("child:", sc.Text())
+	}
+	if !xdpAttached(t, ha) {
+		t.Fatal("the child's program is not attached")
+	}
+	// While it lives, the interface is taken, and Open says so.
+	netnstest.In(t, ha.NS, func() {
+		if p, err := afxdp.Open(ha.IP+":4792", afxdp.Options{Iface: ha.Dev}); err == nil {
+			p.Close()
+			t.Fatal("a second device opened on an interface in use")
+		} else if !strings.Contains(err.Error(), "in use by another vRoCE device") {
+			t.Fatalf("second device: %v", err)
+		}
+	})
+	cmd.Process.Kill()
+	cmd.Wait()
+	if xdpAttached(t, ha) {
+		t.Fatal("the killed process's program is still attached")
+	}
+	_, p := openAFXDP(t, ha, ha.IP+":4791")
+	p.Close()
+}
+
+// An interface with several queues gets a socket on each, so no flow is
+// lost whichever queue it lands on. The UDP peer is made to send on its
+// second queue (XPS), which a veth delivers to our second queue; what we
+// send goes out of our first.
+func TestSeveralQueues(t *testing.T) {
+	ha, hb := netnstest.Link(t, netnstest.LinkOpts{Queues: 2})
+	allCPUs := fmt.Sprintf("%x", 1<<runtime.NumCPU()-1)
+	netnstest.Sh(t, "", "ip", "netns", "exec", hb.NS, "sh", "-c",
+		fmt.Sprintf("echo 0 > /sys/class/net/%[1]s/queues/tx-0/xps_cpus && echo %[2]s > /sys/class/net/%[1]s/queues/tx-1/xps_cpus", hb.Dev, allCPUs))
+	dx, px := openAFXDP(t, ha, ha.IP+":4791")
+	if q := px.Stats().Queues; q != 2 {
+		t.Fatalf("%d sockets on a 2-queue interface", q)
+	}
+	du := openUDP(t, hb, hb.IP+":4791")
+	u, x := openPair(t, du, dx)
+	exercise(t, u, x, 1<<20)
+	st := px.Stats()
+	if st.RxPerQueue[1] == 0 {
+		t.Fatalf("nothing arrived on queue 1: %+v", st)
+	}
+	t.Logf("received per queue: %v", st.RxPerQueue)
+}
+
+// In generic (skb) mode, which a driver without XDP of its own gets and
+// Options.Generic asks for, the data path works the same.
+func TestGenericMode(t *testing.T) {
+	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
+	var dx *vroce.Device
+	var px *afxdp.Provider
+	netnstest.In(t, ha.NS, func() {
+		var err error
+		if px, err = afxdp.Open(ha.IP+":4791", afxdp.Options{Iface: ha.Dev, Generic: true}); err != nil {
+			t.Fatal(err)
+		}
+		if dx, err = vroce.OpenWithProvider(px, vroce.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dx.Close() })
+	})
+	if !px.Stats().Generic || !strings.Contains(netnstest.Sh(t, "", "ip", "-n", ha.NS, "link", "show", "dev", ha.Dev), "xdpgeneric") {
+		t.Fatal("not in generic mode")
+	}
+	du := openUDP(t, hb, hb.IP+":4791")
+	x, u := openPair(t, dx, du)
+	exercise(t, x, u, 1<<20)
+	u2, x2 := openPair(t, du, dx)
+	exercise(t, u2, x2, 1<<20)
+}
+
+// Without the capabilities it needs, Open fails with a PrivilegeError that
+// names them all, before it changes anything.
+func TestUnprivilegedOpenNamesCapabilities(t *testing.T) {
+	ha, _ := netnstest.Link(t, netnstest.LinkOpts{})
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "AFXDP_TEST_UNPRIVILEGED="+ha.NS+","+ha.Dev)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 || lines[0] != "true" {
+		t.Fatalf("not a PrivilegeError: %s", out)
+	}
+	for _, c := range []string{"CAP_NET_RAW", "CAP_NET_ADMIN", "CAP_BPF"} {
+		if !strings.Contains(lines[1], c) {
+			t.Fatalf("error does not name %s: %s", c, lines[1])
+		}
+	}
+	if xdpAttached(t, ha) {
+		t.Fatal("a program was attached")
+	}
+	t.Log(lines[1])
+}
+
+// rsock streams run over AF_XDP devices unchanged, in both connection
+// modes: a megabyte each way through an echo server, every byte checked.
+func TestRsockStreamsOverAFXDP(t *testing.T) {
+	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
+	for i, mode := range []string{rsock.ModeSocket, rsock.ModeCM} {
+		t.Run(mode, func(t *testing.T) {
+			// Each run's devices must be gone before the next one takes
+			// the interfaces: an interface serves one AF_XDP device.
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				defer cancel()
+				if err := rsock.Drain(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			var ln net.Listener
+			netnstest.In(t, ha.NS, func() {
+				lc := rsock.ListenConfig{Mode: mode, Provider: "afxdp", ProviderOptions: afxdp.Options{Iface: ha.Dev}}
+				var err error
+				if ln, err = lc.Listen(context.Background(), "tcp", fmt.Sprintf("%s:%d", ha.IP, 7000+i)); err != nil {
+					t.Fatal(err)
+				}
+			})
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				io.Copy(c, c)
+			}()
+			var c net.Conn
+			netnstest.In(t, hb.NS, func() {
+				d := rsock.Dialer{Mode: mode, Provider: "afxdp", ProviderOptions: afxdp.Options{Iface: hb.Dev}, NoFallback: true, Timeout: 10 * time.Second}
+				var err error
+				if c, err = d.Dial("tcp", ln.Addr().String()); err != nil {
+					t.Fatal(err)
+				}
+			})
+			defer c.Close()
+			if tr := c.(interface{ Transport() string }).Transport(); tr != "vroce" {
+				t.Fatalf("transport %q", tr)
+			}
+			want := make([]byte, 1<<20)
+			verbstest.Fill(want, 3)
+			go func() {
+				c.Write(want)
+				c.(interface{ CloseWrite() error }).CloseWrite()
+			}()
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			got, err := io.ReadAll(c)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("echo: %d of %d bytes, %v", len(got), len(want), err)
+			}
+		})
+	}
+}

@@ -1,0 +1,359 @@
+package afxdp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vroce.dev/vroce"
+)
+
+// Provider is a set of AF_XDP sockets, one per receive queue of one
+// interface, serving one device.
+type Provider struct {
+	iface   string
+	ifindex int
+	mac     [6]byte
+	local   netip.AddrPort
+	mtu     int
+
+	reserved *net.UDPConn // holds the UDP port in the kernel's tables
+	nl       *rtnl
+	steer    *steering
+	socks    []*xsk
+	// Recv waits on an epoll set of every socket, itself waited on
+	// through the runtime's poller so that Close wakes it.
+	epoll *os.File
+	rawEp syscall.RawConn
+
+	closed atomic.Bool
+	rxMu   sync.Mutex // held by the receiving goroutine; Close waits for it
+	rxNext int        // the socket Recv looks at first, for fairness
+	sendMu sync.Mutex // one sender at a time on the TX ring
+	neigh  *neighbours
+	stats  struct {
+		rx            []atomic.Uint64
+		rxInvalid     atomic.Uint64
+		rxBadChecksum atomic.Uint64
+		tx            atomic.Uint64
+		txNoFrame     atomic.Uint64
+		unresolved    atomic.Uint64
+	}
+}
+
+// Open attaches to the interface opts names and listens on addr
+// ("host:port"; the host must be one of the interface's addresses, empty
+// picks the first; port 0 picks a free one).
+func Open(addr string, opts Options) (_ *Provider, err error) {
+	name, err := ifaceName(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("afxdp: interface %q: %w", name, err)
+	}
+	if len(ifi.HardwareAddr) != 6 {
+		return nil, fmt.Errorf("afxdp: %s is not an Ethernet interface", name)
+	}
+	local, err := localAddr(ifi, addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &Provider{iface: name, ifindex: ifi.Index, mac: [6]byte(ifi.HardwareAddr)}
+	defer func() {
+		if err != nil {
+			p.release()
+		}
+	}()
+	// The kernel keeps the port: no other program binds it, and a port of
+	// 0 becomes a free one.
+	p.reserved, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(local))
+	if err != nil {
+		return nil, fmt.Errorf("afxdp: reserving UDP port: %w", err)
+	}
+	p.local = netip.AddrPortFrom(local.Addr(), p.reserved.LocalAddr().(*net.UDPAddr).AddrPort().Port())
+	ipHdr := ipv4Header
+	if p.local.Addr().Is6() {
+		ipHdr = ipv6Header
+	}
+	p.mtu = min(ifi.MTU, rxRoom-ethHeader) - ipHdr - udpHeader
+	if p.nl, err = openRTNL(); err != nil {
+		return nil, err
+	}
+	queues, _, err := p.nl.link(p.ifindex)
+	if err != nil {
+		return nil, err
+	}
+	queues = max(queues, 1)
+	if p.steer, err = attachSteering(p.nl, p.ifindex, queues, name, p.local.Port(), opts.Generic); err != nil {
+		return nil, err
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("afxdp: epoll: %w", err)
+	}
+	unix.SetNonblock(epfd, true)
+	p.epoll = os.NewFile(uintptr(epfd), "afxdp-epoll")
+	if p.rawEp, err = p.epoll.SyscallConn(); err != nil {
+		return nil, fmt.Errorf("afxdp: epoll: %w", err)
+	}
+	for q := range queues {
+		s, err := openXSK(p.ifindex, q)
+		var be *bindError
+		if q > 0 && errors.As(err, &be) && errors.Is(err, unix.EINVAL) {
+			break // fewer queues are active than the device has
+		}
+		if err != nil {
+			return nil, err
+		}
+		p.socks = append(p.socks, s)
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
+			return nil, fmt.Errorf("afxdp: epoll: %w", err)
+		}
+		if err := p.steer.register(q, s.fd); err != nil {
+			return nil, fmt.Errorf("afxdp: registering queue %d's socket: %w", q, err)
+		}
+	}
+	p.stats.rx = make([]atomic.Uint64, len(p.socks))
+	p.neigh = newNeighbours(p)
+	return p, nil
+}
+
+// Recv implements vroce.Provider.
+func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
+	p.rxMu.Lock()
+	defer p.rxMu.Unlock()
+	n := 0
+	for n == 0 {
+		if p.closed.Load() {
+			return 0, net.ErrClosed
+		}
+		err := p.rawEp.Read(func(uintptr) bool {
+			n = p.receive(pkts)
+			return n > 0 || p.closed.Load()
+		})
+		if err != nil {
+			if p.closed.Load() {
+				return 0, net.ErrClosed
+			}
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+// receive takes what the RX rings hold, up to len(pkts), checks each frame
+// and copies its payload out, and gives the frames back to the fill ring.
+func (p *Provider) receive(pkts []vroce.Packet) int {
+	k := 0
+	for range p.socks {
+		s := p.socks[p.rxNext]
+		q := p.rxNext
+		p.rxNext = (p.rxNext + 1) % len(p.socks)
+		n := min(s.rx.ready(uint32(len(pkts)-k)), uint32(len(pkts)-k))
+		if n == 0 {
+			continue
+		}
+		// Never short: every receive frame is in the fill ring, the RX
+		// ring or our hands, and the kernel took these n from the fill ring.
+		free := s.fill.free(n)
+		for i := range n {
+			d := s.rx.xdpDesc(s.rx.local + i)
+			dg, err := parseFrame(s.umem[d.Addr : d.Addr+uint64(d.Len)])
+			if err == nil && dg.dst == p.local && len(dg.payload) <= cap(pkts[k].Data) {
+				pkts[k].Data = pkts[k].Data[:len(dg.payload)]
+				copy(pkts[k].Data, dg.payload)
+				pkts[k].Addr = dg.src
+				k++
+			} else {
+				p.stats.rxInvalid.Add(1)
+				if err == errUDPChecksum || err == errIPChecksum {
+					p.stats.rxBadChecksum.Add(1)
+				}
+			}
+			if i < free {
+				*s.fill.addr(s.fill.local + i) = d.Addr &^ (frameSize - 1)
+			}
+		}
+		s.rx.local += n
+		s.rx.publishConsumer()
+		s.fill.local += min(n, free)
+		s.fill.publishProducer()
+		s.wakeRX()
+		p.stats.rx[q].Add(uint64(n))
+		if k == len(pkts) {
+			break
+		}
+	}
+	return k
+}
+
+// Send implements vroce.Provider. Packets to a next hop whose MAC the
+// kernel has not resolved yet wait for it (a few per destination, as the
+// kernel's own ARP queue does).
+func (p *Provider) Send(pkts []vroce.Packet) error {
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if p.closed.Load() {
+		return net.ErrClosed
+	}
+	s := p.socks[0]
+	s.reclaim()
+	now := time.Now()
+	for i := range pkts {
+		pk := &pkts[i]
+		dst := netip.AddrPortFrom(pk.Addr.Addr().Unmap(), pk.Addr.Port())
+		if dst.Addr().Is4() != p.local.Addr().Is4() {
+			return fmt.Errorf("afxdp: cannot send to %v from %v", pk.Addr, p.local)
+		}
+		mac, ok := p.neigh.lookup(dst, pk.Data, now)
+		if !ok {
+			continue // held until resolved
+		}
+		if !p.frameFor(s) {
+			p.stats.txNoFrame.Add(1)
+			continue
+		}
+		addr := s.txFree[len(s.txFree)-1]
+		s.txFree = s.txFree[:len(s.txFree)-1]
+		l := path{srcMAC: p.mac, dstMAC: mac, src: p.local, dst: dst}
+		frame := s.umem[addr : addr+frameSize]
+		h := headerLen(dst.Addr().Is6())
+		n := copy(frame[h:], pk.Data)
+		if n < len(pk.Data) {
+			s.txFree = append(s.txFree, addr)
+			return fmt.Errorf("afxdp: a %d-byte packet exceeds the %d-byte frame", len(pk.Data), frameSize-h)
+		}
+		d := s.tx.xdpDesc(s.tx.local)
+		d.Addr, d.Len, d.Options = addr, uint32(writeHeaders(frame, &l, n)), 0
+		s.tx.local++
+		p.stats.tx.Add(1)
+	}
+	return p.flushTX(s)
+}
+
+// frameFor makes sure a TX frame is free, pushing out what is queued and
+// waiting a little for the kernel to complete frames if none is.
+func (p *Provider) frameFor(s *xsk) bool {
+	for try := 0; len(s.txFree) == 0; try++ {
+		if try == 1000 {
+			return false
+		}
+		if err := p.flushTX(s); err != nil {
+			return false
+		}
+		s.reclaim()
+		if len(s.txFree) == 0 {
+			runtime.Gosched()
+		}
+	}
+	return true
+}
+
+// flushTX publishes the TX ring and, where the kernel needs it (always in
+// copy mode), kicks it until it has taken everything.
+func (p *Provider) flushTX(s *xsk) error {
+	s.tx.publishProducer()
+	for try := 0; s.tx.consumer.Load() != s.tx.local; try++ {
+		if !s.tx.needWakeup() || try == 1000 {
+			return nil // the driver polls, or the link is stuck: next Send kicks again
+		}
+		if err := s.kick(); err != nil {
+			return fmt.Errorf("afxdp: send: %w", err)
+		}
+		if try > 0 {
+			runtime.Gosched()
+		}
+	}
+	return nil
+}
+
+// LocalAddr implements vroce.Provider.
+func (p *Provider) LocalAddr() netip.AddrPort { return p.local }
+
+// MTU implements vroce.Provider: the largest UDP payload that fits both the
+// link and a UMEM frame.
+func (p *Provider) MTU() int { return p.mtu }
+
+// BatchSize implements vroce.Provider.
+func (p *Provider) BatchSize() int { return 64 }
+
+// Stats reports the provider's counters.
+func (p *Provider) Stats() Stats {
+	st := Stats{
+		Queues:        len(p.socks),
+		Generic:       p.steer != nil && p.steer.generic,
+		RxInvalid:     p.stats.rxInvalid.Load(),
+		RxBadChecksum: p.stats.rxBadChecksum.Load(),
+		TxPackets:     p.stats.tx.Load(),
+		TxNoFrame:     p.stats.txNoFrame.Load(),
+		Unresolved:    p.stats.unresolved.Load(),
+	}
+	for i := range p.stats.rx {
+		v := p.stats.rx[i].Load()
+		st.RxPerQueue = append(st.RxPerQueue, v)
+		st.RxPackets += v
+	}
+	p.sendMu.Lock() // Close releases the sockets under it
+	defer p.sendMu.Unlock()
+	for _, s := range p.socks {
+		if s.fd < 0 {
+			continue
+		}
+		st.ZeroCopy = st.ZeroCopy || s.zeroCopy
+		if ks, err := s.stats(); err == nil {
+			st.KernelRxDropped += ks.Rx_dropped + ks.Rx_ring_full + ks.Rx_fill_ring_empty_descs
+		}
+	}
+	return st
+}
+
+// Close implements vroce.Provider: it wakes Recv, detaches the XDP program
+// and releases the sockets and their memory.
+func (p *Provider) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	p.epoll.Close() // wakes a Recv blocked in the poller
+	p.neigh.close()
+	p.rxMu.Lock()
+	p.sendMu.Lock()
+	p.release()
+	p.sendMu.Unlock()
+	p.rxMu.Unlock()
+	return nil
+}
+
+// release undoes Open, in reverse: first no packet is steered to the
+// sockets, then the sockets go.
+func (p *Provider) release() {
+	if p.steer != nil {
+		p.steer.close()
+	}
+	for _, s := range p.socks {
+		s.close()
+	}
+	if p.epoll != nil {
+		p.epoll.Close()
+	}
+	if p.nl != nil {
+		p.nl.close()
+	}
+	if p.reserved != nil {
+		p.reserved.Close()
+	}
+}
