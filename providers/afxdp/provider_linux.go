@@ -35,12 +35,15 @@ type Provider struct {
 	epoll *os.File
 	rawEp syscall.RawConn
 
-	closed atomic.Bool
-	rxMu   sync.Mutex // held by the receiving goroutine; Close waits for it
-	rxNext int        // the socket Recv looks at first, for fairness
-	sendMu sync.Mutex // one sender at a time on the TX ring
-	neigh  *neighbours
-	stats  struct {
+	closed  atomic.Bool
+	rxMu    sync.Mutex // held by the receiving goroutine; Close waits for it
+	rxNext  int        // the socket Recv looks at first, for fairness
+	rxPkts  []vroce.Packet
+	rxGot   int
+	rxReady func(uintptr) bool
+	sendMu  sync.Mutex // one sender at a time on the TX ring
+	neigh   *neighbours
+	stats   struct {
 		rx            []atomic.Uint64
 		rxInvalid     atomic.Uint64
 		rxBadChecksum atomic.Uint64
@@ -129,6 +132,7 @@ func Open(addr string, opts Options) (_ *Provider, err error) {
 		}
 	}
 	p.stats.rx = make([]atomic.Uint64, len(p.socks))
+	p.rxReady = p.rxReadyCheck
 	p.neigh = newNeighbours(p)
 	return p, nil
 }
@@ -137,23 +141,28 @@ func Open(addr string, opts Options) (_ *Provider, err error) {
 func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 	p.rxMu.Lock()
 	defer p.rxMu.Unlock()
-	n := 0
-	for n == 0 {
+	p.rxPkts, p.rxGot = pkts, 0
+	defer func() { p.rxPkts = nil }()
+	for p.rxGot == 0 {
 		if p.closed.Load() {
 			return 0, net.ErrClosed
 		}
-		err := p.rawEp.Read(func(uintptr) bool {
-			n = p.receive(pkts)
-			return n > 0 || p.closed.Load()
-		})
-		if err != nil {
+		if err := p.rawEp.Read(p.rxReady); err != nil {
 			if p.closed.Load() {
 				return 0, net.ErrClosed
 			}
 			return 0, err
 		}
 	}
-	return n, nil
+	return p.rxGot, nil
+}
+
+// rxReadyCheck is the poller's readiness check: it receives what is there.
+// Open keeps it as the method value rxReady, made once, so that waiting
+// allocates nothing.
+func (p *Provider) rxReadyCheck(uintptr) bool {
+	p.rxGot = p.receive(p.rxPkts)
+	return p.rxGot > 0 || p.closed.Load()
 }
 
 // receive takes what the RX rings hold, up to len(pkts), checks each frame
