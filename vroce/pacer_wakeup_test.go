@@ -69,27 +69,30 @@ func (p *pipeProvider) MTU() int                  { return 9000 }
 func (p *pipeProvider) BatchSize() int            { return 16 }
 func (p *pipeProvider) Close() error              { p.once.Do(func() { close(p.done) }); return nil }
 
-// TestPacedPumpWithNothingInFlightIsWoken: a small window paces the pump;
-// when it stops with nothing in flight, the pacer's deadline must still
-// wake it (once it did not, and the QP hung forever).
-func TestPacedPumpWithNothingInFlightIsWoken(t *testing.T) {
+// pipeEnd is one end of a connected RC pair over pipeProviders.
+type pipeEnd struct {
+	dev *Device
+	qp  *QP
+	cq  *CQ
+	mr  *MR
+}
+
+// pipeQPs opens two devices joined by pipeProviders and connects an RC QP
+// on each to the other.
+func pipeQPs(t *testing.T) (a, b pipeEnd) {
+	t.Helper()
 	pa, pb := newPipePair()
 	da, err := OpenWithProvider(pa, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer da.Close()
+	t.Cleanup(func() { da.Close() })
 	db, err := OpenWithProvider(pb, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	type end struct {
-		qp *QP
-		cq *CQ
-		mr *MR
-	}
-	mk := func(d *Device) end {
+	t.Cleanup(func() { db.Close() })
+	mk := func(d *Device) pipeEnd {
 		pd, _ := d.AllocPD()
 		cq, _ := d.CreateCQ(64)
 		mr, _ := pd.RegMR(make([]byte, 4096), AccessLocalWrite)
@@ -97,10 +100,10 @@ func TestPacedPumpWithNothingInFlightIsWoken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return end{qp, cq, mr}
+		return pipeEnd{d, qp, cq, mr}
 	}
-	a, b := mk(da), mk(db)
-	for _, pr := range [][2]end{{a, b}, {b, a}} {
+	a, b = mk(da), mk(db)
+	for _, pr := range [][2]pipeEnd{{a, b}, {b, a}} {
 		qp, peer := pr[0].qp, pr[1].qp
 		steps := []struct {
 			at QPAttr
@@ -118,6 +121,15 @@ func TestPacedPumpWithNothingInFlightIsWoken(t *testing.T) {
 			}
 		}
 	}
+	return a, b
+}
+
+// TestPacedPumpWithNothingInFlightIsWoken: a small window paces the pump;
+// when it stops with nothing in flight, the pacer's deadline must still
+// wake it (once it did not, and the QP hung forever).
+func TestPacedPumpWithNothingInFlightIsWoken(t *testing.T) {
+	a, b := pipeQPs(t)
+	da := a.dev
 	for i := 0; i < 8; i++ {
 		if err := b.qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
 			t.Fatal(err)
@@ -144,5 +156,54 @@ func TestPacedPumpWithNothingInFlightIsWoken(t *testing.T) {
 			t.Fatalf("after %d of 4 paced sends: %v", got, err)
 		}
 		got += n
+	}
+}
+
+// TestIdleQPLeavesTheTimerAsleep: once everything a QP sent is
+// acknowledged, its deadlines are gone from the device's timer and the
+// clock is not set for them, so a ping-pong does not wake the timer
+// goroutine once per message to find nothing due.
+func TestIdleQPLeavesTheTimerAsleep(t *testing.T) {
+	a, b := pipeQPs(t)
+	for i := 0; i < 8; i++ {
+		if err := b.qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{b.mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An RTT of a second and a 4 s ACK timeout put every deadline (probe,
+	// RTO) far beyond the test: the clock cannot fire for them while the
+	// test looks.
+	a.qp.mu.Lock()
+	a.qp.attr.Timeout = 20
+	a.qp.req.rtt.srtt, a.qp.req.rtt.rttvar, a.qp.req.rtt.minRTT = 1e9, 1e8, 1e9
+	a.qp.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]WorkCompletion, 1)
+	for i := 0; i < 4; i++ {
+		if err := a.qp.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled | SendInline, Inline: []byte("ping")}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := a.cq.PollWait(ctx, wc); n != 1 || err != nil || wc[0].Status != WCSuccess {
+			t.Fatalf("send %d: %d completions, %v, %+v", i, n, err, wc[0])
+		}
+	}
+	// The completion comes with the ACK; the timer settles right after,
+	// long before the stale deadlines could have fired.
+	tm := &a.dev.timers
+	for deadline := time.Now().Add(300 * time.Millisecond); ; {
+		a.qp.mu.Lock()
+		idle := !a.qp.req.outstanding()
+		a.qp.mu.Unlock()
+		tm.mu.Lock()
+		armed := tm.armed
+		tm.mu.Unlock()
+		if idle && armed == idleDeadline {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idle %v, clock armed for %d ns from the epoch (want none)", idle, armed)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -11,7 +11,6 @@ const (
 	minRTO     = 5_000_000     // 5 ms: a busy host stalls longer than 1 ms often; loss probes (from 50 us) repair real losses first
 	defaultRTO = 10_000_000    // before the first sample
 	maxBackoff = 6             // RTO doubles at most this many times
-	minPTO     = 50_000        // 50 us: a wrong probe costs one duplicate packet
 	rttNoise   = 50_000        // allowance for ACK coalescing and wakeups
 	maxRTO     = 1_000_000_000 // when the verbs timeout is infinite
 )
@@ -48,10 +47,13 @@ func (e *rttEstimator) rto(backoff int, ceiling int64) int64 {
 	return min(rto, ceiling)
 }
 
-// pto is when to probe for a lost tail: two RTTs without an ACK.
+// pto is when to probe for a lost tail: two RTTs without an ACK, or more
+// where the RTT varies more (a host's scheduling stalls: a probe on every
+// stall costs both ends a packet and a wakeup, and adds to the latency it
+// was meant to save).
 func (e *rttEstimator) pto() int64 {
 	if e.srtt == 0 {
 		return defaultRTO / 2
 	}
-	return max(2*e.srtt+rttNoise, minPTO)
+	return max(2*e.srtt, e.srtt+4*e.rttvar)+rttNoise
 }

@@ -51,6 +51,32 @@ func (d *Device) schedule(qp *QP, at int64) {
 	}
 }
 
+// unschedule drops qp's deadline: it has nothing in flight. If the clock
+// was set for it, the clock is set for the next deadline instead, so an
+// idle QP does not wake the timer goroutine: in a ping-pong every message
+// would, each wakeup a thread switch on the critical path's cores, to
+// find nothing due.
+func (d *Device) unschedule(qp *QP) {
+	t := &d.timers
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if qp.timerAt == 0 {
+		return
+	}
+	qp.timerAt = 0
+	for len(t.h) > 0 && t.h[0].qp.timerAt != t.h[0].at {
+		heap.Pop(&t.h) // superseded or dropped
+	}
+	next := int64(idleDeadline)
+	if len(t.h) > 0 {
+		next = t.h[0].at
+	}
+	if next > t.armed && t.armed != 1 { // 1: stopTimers' wakeup, never delayed
+		t.armed = next
+		t.clock.Arm(next)
+	}
+}
+
 // timerLoop runs due QP timers. It sleeps on a clock precise to
 // microseconds (Go's own timers round sub-millisecond sleeps up to a
 // millisecond when the process is idle, which would turn every loss probe
