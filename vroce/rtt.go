@@ -55,5 +55,5 @@ func (e *rttEstimator) pto() int64 {
 	if e.srtt == 0 {
 		return defaultRTO / 2
 	}
-	return max(2*e.srtt, e.srtt+4*e.rttvar)+rttNoise
+	return max(2*e.srtt, e.srtt+4*e.rttvar) + rttNoise
 }
