@@ -21,9 +21,12 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# Every test with the race detector, fuzz seed corpora included.
+# Every test with the race detector, fuzz seed corpora included; then the
+# allocation checks again without it, where sync.Pool keeps what it is
+# given and "no allocation per packet or message" means zero.
 test: fmt-check vet build
 	$(GO) test -race -count=1 -timeout 12m ./...
+	$(GO) test -count=1 -run 'NoAllocation' ./...
 
 # The demo: HTTP and gRPC services over vRoCE (UDP on loopback), then the
 # verbs, each next to kernel TCP in the same run. Under a minute.

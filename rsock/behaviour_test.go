@@ -467,5 +467,5 @@ func unread(c net.Conn) int {
 	s := c.(*Conn).s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.rq)
+	return s.rq.len()
 }

@@ -10,7 +10,7 @@ import (
 
 // benchPair connects a stream over vRoCE, or over kernel TCP, for the
 // same benchmark to run on both in one run.
-func benchPair(b *testing.B, overVRoCE bool) (client, server net.Conn, done func()) {
+func benchPair(b testing.TB, overVRoCE bool) (client, server net.Conn, done func()) {
 	var l net.Listener
 	var err error
 	if overVRoCE {

@@ -52,17 +52,16 @@ type stack struct {
 	cm     *cm.Manager
 	onIdle func() // called once the last reference is gone
 
-	mu         sync.Mutex // guards everything below
-	streams    map[uint32]*stream
-	refs       int
-	closed     bool
-	free       []*buffer
-	rx         []*buffer // posted receives, by WR ID
-	rxFree     []uint32
-	target     int // receives to keep posted
-	posted     int
-	downs      []*stream          // disconnect notices for the poller
-	wakePoller context.CancelFunc // interrupts the poller's wait
+	mu      sync.Mutex // guards everything below
+	streams map[uint32]*stream
+	refs    int
+	closed  bool
+	free    []*buffer
+	rx      []*buffer // posted receives, by WR ID
+	rxFree  []uint32
+	target  int // receives to keep posted
+	posted  int
+	downs   []*stream // disconnect notices for the poller
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -413,23 +412,9 @@ func (s *stack) idle(ctx context.Context) error {
 	if len(downs) > 0 {
 		return nil
 	}
-	wctx, wake := context.WithCancel(ctx)
-	defer wake()
-	s.mu.Lock()
-	s.wakePoller = wake
-	pending := len(s.downs) > 0
-	s.mu.Unlock()
-	if pending {
-		return nil
-	}
-	err := s.cq.Wait(wctx)
-	s.mu.Lock()
-	s.wakePoller = nil
-	s.mu.Unlock()
-	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-		return nil // woken for a notice
-	}
-	return err
+	// A notice that comes while we wait wakes the CQ (Wake), and one that
+	// came since we looked makes this Wait return at once.
+	return s.cq.Wait(ctx)
 }
 
 // onCMEvent hears of RDMA_CM disconnects (on the device's receive
@@ -442,9 +427,7 @@ func (s *stack) onCMEvent(e cm.Event) {
 	s.mu.Lock()
 	if st := s.streams[e.ID.QP().QPN()]; st != nil {
 		s.downs = append(s.downs, st)
-		if s.wakePoller != nil {
-			s.wakePoller()
-		}
+		s.cq.Wake() // the poller attends to it once the CQ is empty
 	}
 	s.mu.Unlock()
 }

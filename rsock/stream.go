@@ -79,14 +79,14 @@ type stream struct {
 
 	mu sync.Mutex
 	// Receiving.
-	rq      []chunk
+	rq      fifo[chunk]
 	owed    int  // credits earned by reading, not yet granted back
 	peerFIN bool // the peer will send no more
 	lastRx  time.Time
 	// Sending.
 	credits  int     // data messages the peer will take
 	pending  *buffer // bytes written and not yet sent
-	inflight []sent
+	inflight fifo[sent]
 	wShut    bool // no more writes: FIN follows the data
 	finSent  bool
 	finDone  bool // the FIN's send completed
@@ -136,9 +136,9 @@ func (s *stream) Read(p []byte, cancel <-chan struct{}) (int, error) {
 		switch {
 		case s.closed:
 			return 0, net.ErrClosed
-		case len(s.rq) > 0:
+		case s.rq.len() > 0:
 			n := s.readLocked(p)
-			if len(s.rq) > 0 || s.peerFIN || s.err != nil {
+			if s.rq.len() > 0 || s.peerFIN || s.err != nil {
 				kick(s.rwake) // for another reader
 			}
 			return n, nil
@@ -164,8 +164,8 @@ func (s *stream) Read(p []byte, cancel <-chan struct{}) (int, error) {
 // granting its credits back.
 func (s *stream) readLocked(p []byte) int {
 	n := 0
-	for n < len(p) && len(s.rq) > 0 {
-		c := &s.rq[0]
+	for n < len(p) && s.rq.len() > 0 {
+		c := s.rq.front()
 		k := copy(p[n:], c.data)
 		n += k
 		c.data = c.data[k:]
@@ -173,11 +173,8 @@ func (s *stream) readLocked(p []byte) int {
 			break
 		}
 		c.release(s.st)
-		s.rq = s.rq[1:]
+		s.rq.pop()
 		s.owed++
-	}
-	if len(s.rq) == 0 {
-		s.rq = nil
 	}
 	if s.owed >= window/2 {
 		s.grantLocked()
@@ -259,7 +256,7 @@ func (s *stream) flushLocked() {
 	s.credits--
 	s.owed = 0
 	s.lastTx = time.Now()
-	s.inflight = append(s.inflight, sent{buf: b, kind: kindData})
+	s.inflight.push(sent{buf: b, kind: kindData})
 }
 
 // controlLocked sends a control message, granting what is owed.
@@ -273,7 +270,7 @@ func (s *stream) controlLocked(kind int) bool {
 	}
 	s.owed = 0
 	s.lastTx = time.Now()
-	s.inflight = append(s.inflight, sent{kind: kind})
+	s.inflight.push(sent{kind: kind})
 	return true
 }
 
@@ -296,7 +293,7 @@ func (s *stream) advanceLocked() bool {
 	switch {
 	case !s.closed:
 		return false
-	case s.err != nil && (!s.rstSent || len(s.inflight) == 0):
+	case s.err != nil && (!s.rstSent || s.inflight.len() == 0):
 		return true
 	case s.finDone && s.peerFIN:
 		// Both ends are done; whatever is still in flight after our FIN
@@ -347,11 +344,12 @@ func (s *stream) Close() error {
 		return nil
 	}
 	s.closed = true
-	unread := len(s.rq) > 0
-	for i := range s.rq {
-		s.rq[i].release(s.st)
+	unread := s.rq.len() > 0
+	rq := s.rq.all()
+	for i := range rq {
+		rq[i].release(s.st)
 	}
-	s.rq = nil
+	s.rq.reset()
 	kick(s.rwake)
 	kick(s.wwake)
 	wait := lingerTimeout
@@ -451,9 +449,9 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 		case int(wc.ByteLen) <= smallCopy:
 			small := smallBufs.Get().(*[]byte)
 			n := copy(*small, b.data[:wc.ByteLen])
-			s.rq = append(s.rq, chunk{data: (*small)[:n], small: small})
+			s.rq.push(chunk{data: (*small)[:n], small: small})
 		default:
-			s.rq = append(s.rq, chunk{data: b.data[:wc.ByteLen], buf: b})
+			s.rq.push(chunk{data: b.data[:wc.ByteLen], buf: b})
 			keep = true
 		}
 		kick(s.rwake)
@@ -476,16 +474,11 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 // onSendDone takes a send completion (the poller's goroutine).
 func (s *stream) onSendDone(status vroce.WCStatus) {
 	s.mu.Lock()
-	if len(s.inflight) == 0 || s.gone {
+	if s.inflight.len() == 0 || s.gone {
 		s.mu.Unlock()
 		return
 	}
-	m := s.inflight[0]
-	s.inflight[0] = sent{}
-	s.inflight = s.inflight[1:]
-	if len(s.inflight) == 0 {
-		s.inflight = nil
-	}
+	m := s.inflight.pop()
 	if m.buf != nil {
 		s.st.putBuf(m.buf)
 	}
@@ -554,16 +547,17 @@ func (s *stream) teardown(onPoller bool) {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	for i := range s.rq {
-		s.rq[i].release(s.st)
+	rq := s.rq.all()
+	for i := range rq {
+		rq[i].release(s.st)
 	}
-	s.rq = nil
-	for _, m := range s.inflight {
+	s.rq.reset()
+	for _, m := range s.inflight.all() {
 		if m.buf != nil {
 			s.st.putBuf(m.buf)
 		}
 	}
-	s.inflight = nil
+	s.inflight.reset()
 	if s.pending != nil {
 		s.st.putBuf(s.pending)
 		s.pending = nil

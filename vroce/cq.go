@@ -19,9 +19,15 @@ type CQ struct {
 	ring     []WorkCompletion
 	head, n  int
 	overflow bool
-	users    int           // QPs and SRQs attached
-	waiters  chan struct{} // closed when a completion arrives; nil if none wait
+	users    int // QPs and SRQs attached
 	gone     bool
+	// A lone waiter sleeps on bell, a channel kept for the CQ's life, so
+	// that waiting allocates nothing; waiters that come while another
+	// waits share others, closed (and made anew) on each wake.
+	bell   chan struct{} // capacity 1
+	others chan struct{}
+	nwait  int
+	woken  bool // Wake was called: the next Wait returns at once
 }
 
 // CreateCQ creates a completion queue that holds up to depth completions.
@@ -52,6 +58,7 @@ func (cq *CQ) Destroy() error {
 		return fmt.Errorf("vroce: destroy CQ: %d QPs still use it: %w", cq.users, ErrBusy)
 	}
 	cq.gone = true
+	cq.wakeLocked()
 	cq.ring = nil
 	cq.dev.release(&cq.dev.count.cq)
 	return nil
@@ -107,9 +114,16 @@ func (cq *CQ) grow() {
 }
 
 func (cq *CQ) wakeLocked() {
-	if cq.waiters != nil {
-		close(cq.waiters)
-		cq.waiters = nil
+	if cq.nwait == 0 {
+		return
+	}
+	select {
+	case cq.bell <- struct{}{}:
+	default:
+	}
+	if cq.others != nil {
+		close(cq.others)
+		cq.others = nil
 	}
 }
 
@@ -136,7 +150,8 @@ func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 }
 
 // Wait blocks until the CQ holds a completion, has overflowed, or ctx ends
-// (a completion channel and ibv_req_notify_cq in one call).
+// (a completion channel and ibv_req_notify_cq in one call). It also
+// returns, with nothing to poll, once after each Wake.
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
 		cq.mu.Lock()
@@ -150,20 +165,51 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		case cq.gone:
 			cq.mu.Unlock()
 			return ErrClosed
+		case cq.woken:
+			cq.woken = false
+			cq.mu.Unlock()
+			return nil
 		}
-		if cq.waiters == nil {
-			cq.waiters = make(chan struct{})
+		var bell, others chan struct{} // a nil channel never fires
+		if cq.nwait == 0 {
+			if cq.bell == nil {
+				cq.bell = make(chan struct{}, 1)
+			}
+			bell = cq.bell
+		} else {
+			if cq.others == nil {
+				cq.others = make(chan struct{})
+			}
+			others = cq.others
 		}
-		ch := cq.waiters
+		cq.nwait++
 		cq.mu.Unlock()
+		var err error
 		select {
-		case <-ch:
+		case <-bell: // may be a wake meant for a waiter gone since: look again
+		case <-others:
 		case <-ctx.Done():
-			return ctx.Err()
+			err = ctx.Err()
 		case <-cq.dev.done:
-			return ErrClosed
+			err = ErrClosed
+		}
+		cq.mu.Lock()
+		cq.nwait--
+		cq.mu.Unlock()
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// Wake makes a blocked Wait return, or the next one return at once, with
+// nothing to poll: for a program that sleeps on the CQ and has other
+// news to attend to.
+func (cq *CQ) Wake() {
+	cq.mu.Lock()
+	cq.woken = true
+	cq.wakeLocked()
+	cq.mu.Unlock()
 }
 
 // PollWait polls, waiting first if the CQ is empty: the usual loop body of

@@ -47,29 +47,18 @@ type sendWQE struct {
 	done     bool   // UD: the datagram has left
 }
 
-func (w *sendWQE) spans(yield func(span) bool) {
-	if w.first.mr == nil || !yield(w.first) {
-		return
-	}
-	for _, s := range w.more {
-		if !yield(s) {
-			return
-		}
-	}
-}
-
 // gather copies the message bytes [off, off+len(dst)) into dst.
 func (w *sendWQE) gather(dst []byte, off int) {
 	if w.flags&SendInline != 0 {
 		copy(dst, w.inline[off:])
 		return
 	}
-	gather(w.spans, dst, off)
+	gather(w.first, w.more, dst, off)
 }
 
 // scatter copies src into the message's local buffers at offset off (READ
 // responses and atomic results).
-func (w *sendWQE) scatter(src []byte, off int) { scatter(w.spans, src, off) }
+func (w *sendWQE) scatter(src []byte, off int) { scatter(w.first, w.more, src, off) }
 
 func (w *sendWQE) packets(mtu int) int {
 	if w.op.isAtomic() || w.length == 0 {

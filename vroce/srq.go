@@ -13,17 +13,6 @@ type recvWQE struct {
 	total int
 }
 
-func (w *recvWQE) spans(yield func(span) bool) {
-	if w.first.mr == nil || !yield(w.first) {
-		return
-	}
-	for _, s := range w.more {
-		if !yield(s) {
-			return
-		}
-	}
-}
-
 // recvRing is a FIFO of receive WQEs that grows as it fills, up to max.
 type recvRing struct {
 	q       []recvWQE

@@ -1,7 +1,6 @@
 package vroce
 
 import (
-	"container/heap"
 	"sync"
 	"vroce.dev/internal/clock"
 )
@@ -22,17 +21,47 @@ type timerEntry struct {
 	qp *QP
 }
 
+// timerHeap is a binary min-heap on at. It is written out rather than
+// built on container/heap, whose interface boxes every entry pushed or
+// popped: an allocation per packet sent.
 type timerHeap []timerEntry
 
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
+func (h *timerHeap) push(e timerEntry) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if q[parent].at <= q[i].at {
+			break
+		}
+		q[parent], q[i] = q[i], q[parent]
+		i = parent
+	}
+}
+
+func (h *timerHeap) pop() timerEntry {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = timerEntry{}
+	q = q[:last]
+	for i := 0; ; {
+		small, l, r := i, 2*i+1, 2*i+2
+		if l < len(q) && q[l].at < q[small].at {
+			small = l
+		}
+		if r < len(q) && q[r].at < q[small].at {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
 }
 
 // schedule makes sure the timer goroutine looks at qp no later than at.
@@ -44,7 +73,7 @@ func (d *Device) schedule(qp *QP, at int64) {
 		return
 	}
 	qp.timerAt = at
-	heap.Push(&t.h, timerEntry{at: at, qp: qp})
+	t.h.push(timerEntry{at: at, qp: qp})
 	if at < t.armed {
 		t.armed = at
 		t.clock.Arm(at)
@@ -65,7 +94,7 @@ func (d *Device) unschedule(qp *QP) {
 	}
 	qp.timerAt = 0
 	for len(t.h) > 0 && t.h[0].qp.timerAt != t.h[0].at {
-		heap.Pop(&t.h) // superseded or dropped
+		t.h.pop() // superseded or dropped
 	}
 	next := int64(idleDeadline)
 	if len(t.h) > 0 {
@@ -94,7 +123,7 @@ func (d *Device) timerLoop() {
 		now := d.now()
 		t.mu.Lock()
 		for len(t.h) > 0 && t.h[0].at <= now {
-			e := heap.Pop(&t.h).(timerEntry)
+			e := t.h.pop()
 			if e.qp.timerAt == e.at { // not superseded by an earlier entry
 				e.qp.timerAt = 0
 				due = append(due, e.qp)

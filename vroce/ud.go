@@ -89,8 +89,8 @@ func (qp *QP) receiveUD(p *wire.Packet, src netip.AddrPort) {
 	if ip, _, ok := (wire.Flow{Src: src, Dst: qp.dev.local}).Headers(&hb, len(p.Payload)+p.BTH.Opcode.HeaderLen()+wire.ICRCLen); ok {
 		copy(grh[grhLen-len(ip):], ip)
 	}
-	scatter(w.spans, grh[:], 0)
-	scatter(w.spans, p.Payload, grhLen)
+	scatter(w.first, w.more, grh[:], 0)
+	scatter(w.first, w.more, p.Payload, grhLen)
 	wc.ByteLen = uint32(n)
 	if p.BTH.Opcode == wire.UDSendOnlyImm {
 		wc.Flags |= WCWithImm

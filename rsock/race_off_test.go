@@ -1,0 +1,5 @@
+//go:build !race
+
+package rsock
+
+const raceEnabled = false
