@@ -12,7 +12,10 @@ import (
 // ICRC) and the peer it goes to or came from.
 type Packet struct {
 	// Data holds the packet. On Recv the caller passes buffers of at least
-	// MaxPacketSize bytes and the provider shortens Data to what arrived.
+	// MaxPacketSize bytes and the provider shortens Data to what arrived,
+	// or lends memory of its own instead (a segment of a coalesced
+	// datagram, say), valid until the next Recv: the device is done with
+	// every packet of a batch before it asks for the next.
 	Data []byte
 	// Addr is the destination on Send and the source on Recv.
 	Addr netip.AddrPort

@@ -118,8 +118,8 @@ type Provider struct {
 	br    batchReader // owned by the one receiving goroutine
 	views [][]byte
 	// With UDP GRO, datagrams arrive coalesced into buffers of our own
-	// and are cut into the caller's packets; what does not fit waits in
-	// pend for the next Recv.
+	// and are lent to the caller a segment per packet; what does not fit
+	// waits in pend for the next Recv.
 	gro   bool
 	rbufs [][]byte
 	roob  [][]byte
@@ -232,8 +232,9 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 }
 
 // recvCoalesced receives with UDP GRO: a batch of possibly coalesced
-// datagrams into our buffers, cut into the caller's packets (a copy each,
-// against a system call and a kernel pass each saved).
+// datagrams into our buffers, each segment lent to the caller as a packet
+// (no copy; the buffers are not read into again until the next Recv finds
+// pend empty).
 func (p *Provider) recvCoalesced(pkts []vroce.Packet) (int, error) {
 	if len(p.pend) == 0 {
 		got, err := p.br.recv(p.rbufs, p.roob)
@@ -254,9 +255,9 @@ func (p *Provider) recvCoalesced(pkts []vroce.Packet) (int, error) {
 	for len(p.pend) > 0 && k < len(pkts) {
 		c := &p.pend[0]
 		n := min(c.seg, len(c.data))
-		if n <= cap(pkts[k].Data) { // larger than any packet: not ours, dropped
-			pkts[k].Data = pkts[k].Data[:n]
-			copy(pkts[k].Data, c.data[:n])
+		if n <= vroce.MaxPacketSize { // larger than any packet: not ours, dropped
+			// Lent, not copied: the segment stays put until the next Recv.
+			pkts[k].Data = c.data[:n:n]
 			pkts[k].Addr = c.addr
 			k++
 		}
