@@ -166,8 +166,12 @@ func (p *Provider) rxReadyCheck(uintptr) bool {
 }
 
 // receive takes what the RX rings hold, up to len(pkts), checks each frame
-// and copies its payload out, and gives the frames back to the fill ring.
+// and lends its payload to the caller: frames go back to the fill ring on
+// the next call, when the device is done with them (see vroce.Packet).
 func (p *Provider) receive(pkts []vroce.Packet) int {
+	for _, s := range p.socks {
+		s.giveBack()
+	}
 	k := 0
 	for range p.socks {
 		s := p.socks[p.rxNext]
@@ -177,32 +181,27 @@ func (p *Provider) receive(pkts []vroce.Packet) int {
 		if n == 0 {
 			continue
 		}
-		// Never short: every receive frame is in the fill ring, the RX
-		// ring or our hands, and the kernel took these n from the fill ring.
-		free := s.fill.free(n)
 		for i := range n {
 			d := s.rx.xdpDesc(s.rx.local + i)
+			frame := d.Addr &^ (frameSize - 1)
 			dg, err := parseFrame(s.umem[d.Addr : d.Addr+uint64(d.Len)])
-			if err == nil && dg.dst == p.local && len(dg.payload) <= cap(pkts[k].Data) {
-				pkts[k].Data = pkts[k].Data[:len(dg.payload)]
-				copy(pkts[k].Data, dg.payload)
+			if err == nil && dg.dst == p.local && len(dg.payload) <= vroce.MaxPacketSize {
+				pkts[k].Data = dg.payload[:len(dg.payload):len(dg.payload)]
 				pkts[k].Addr = dg.src
 				k++
-			} else {
-				p.stats.rxInvalid.Add(1)
-				if err == errUDPChecksum || err == errIPChecksum {
-					p.stats.rxBadChecksum.Add(1)
-				}
+				s.lent = append(s.lent, frame)
+				continue
 			}
-			if i < free {
-				*s.fill.addr(s.fill.local + i) = d.Addr &^ (frameSize - 1)
+			p.stats.rxInvalid.Add(1)
+			if err == errUDPChecksum || err == errIPChecksum {
+				p.stats.rxBadChecksum.Add(1)
 			}
+			s.back = append(s.back, frame)
 		}
 		s.rx.local += n
 		s.rx.publishConsumer()
-		s.fill.local += min(n, free)
-		s.fill.publishProducer()
-		s.wakeRX()
+		s.refill(s.back)
+		s.back = s.back[:0]
 		p.stats.rx[q].Add(uint64(n))
 		if k == len(pkts) {
 			break

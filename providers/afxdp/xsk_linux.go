@@ -89,6 +89,10 @@ type xsk struct {
 	tx    ring
 	// txFree holds the TX frames not in flight (owned by the sender).
 	txFree []uint64
+	// lent holds receive frames whose payload the device is reading; back
+	// collects invalid ones on their way to the fill ring (both owned by
+	// the receiver).
+	lent, back []uint64
 	// zeroCopy says the driver maps the UMEM itself (no copy in the kernel).
 	zeroCopy bool
 }
@@ -149,6 +153,7 @@ func openXSK(ifindex, queue int) (_ *xsk, err error) {
 	s.fill.local += rxFrames
 	s.fill.publishProducer()
 	s.txFree = make([]uint64, 0, txFrames)
+	s.lent, s.back = make([]uint64, 0, 64), make([]uint64, 0, 64)
 	for i := range uint64(txFrames) {
 		s.txFree = append(s.txFree, (rxFrames+i)*frameSize)
 	}
@@ -226,6 +231,29 @@ func (s *xsk) close() {
 		unix.Munmap(s.umem)
 		s.umem = nil
 	}
+}
+
+// giveBack returns the frames lent for the last batch to the fill ring.
+func (s *xsk) giveBack() {
+	if len(s.lent) > 0 {
+		s.refill(s.lent)
+		s.lent = s.lent[:0]
+	}
+}
+
+// refill gives receive frames back to the kernel. The fill ring has room
+// for them all: it is as large as the receive half of the UMEM.
+func (s *xsk) refill(frames []uint64) {
+	if len(frames) == 0 {
+		return
+	}
+	s.fill.free(uint32(len(frames)))
+	for i, f := range frames {
+		*s.fill.addr(s.fill.local + uint32(i)) = f
+	}
+	s.fill.local += uint32(len(frames))
+	s.fill.publishProducer()
+	s.wakeRX()
 }
 
 // reclaim returns frames the kernel has sent to txFree.
