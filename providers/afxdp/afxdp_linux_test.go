@@ -459,3 +459,28 @@ func TestNoAllocationPerPacket(t *testing.T) {
 		t.Fatalf("%.1f allocations per batch of %d packets", a, len(out))
 	}
 }
+
+// On a 9000-byte link the path MTU stops at 2048: a 4096-byte packet
+// does not fit in one UMEM frame. Traffic at 2048 works both ways with a
+// UDP-provider peer, whose own limit would be 4096.
+func TestJumboLinkCapsPathMTUAt2048(t *testing.T) {
+	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
+	for _, h := range []netnstest.Host{ha, hb} {
+		netnstest.Sh(t, "", "ip", "-n", h.NS, "link", "set", h.Dev, "mtu", "9000")
+	}
+	dx, _ := openAFXDP(t, ha, ha.IP+":4791")
+	du := openUDP(t, hb, hb.IP+":4791")
+	if got := dx.Attr().ActiveMTU; got != vroce.MTU2048 {
+		t.Fatalf("AF_XDP device active MTU %d on a 9000-byte link, want 2048", got)
+	}
+	if got := du.Attr().ActiveMTU; got != vroce.MTU4096 {
+		t.Fatalf("UDP device active MTU %d on a 9000-byte link, want 4096", got)
+	}
+	o := verbstest.DefaultOpts()
+	o.BufSize = 4 << 20
+	o.MTU = vroce.MTU2048
+	x, u := verbstest.Pair(t, dx, du, o)
+	exercise(t, x, u, 1<<20)
+	u2, x2 := verbstest.Pair(t, du, dx, o)
+	exercise(t, u2, x2, 1<<20)
+}
