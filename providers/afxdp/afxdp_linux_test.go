@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"vroce.dev/internal/netnstest"
+	"vroce.dev/internal/providertest"
 	"vroce.dev/internal/verbstest"
 	"vroce.dev/providers/afxdp"
 	_ "vroce.dev/providers/udp"
@@ -43,33 +44,6 @@ func openAFXDP(t *testing.T, h netnstest.Host, addr string) (*vroce.Device, *afx
 	return dev, prov
 }
 
-// exercise moves size bytes each way with WRITE and READ and checks them.
-func exercise(t *testing.T, a, b *verbstest.Node, size int) {
-	t.Helper()
-	verbstest.Fill(a.Buf[:size], 5)
-	err := a.QP.PostSend(vroce.SendWR{ID: 1, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled,
-		SGL: []vroce.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	verbstest.MustSucceed(t, verbstest.WaitCompletions(t, a.CQ, 1, 20*time.Second))
-	verbstest.Sync(b)
-	if !bytes.Equal(a.Buf[:size], b.Buf[:size]) {
-		t.Fatal("WRITE: data differs")
-	}
-	verbstest.Fill(b.Buf[size:2*size], 9)
-	verbstest.Sync(b)
-	err = a.QP.PostSend(vroce.SendWR{ID: 2, Opcode: vroce.WRRDMARead, Flags: vroce.SendSignaled,
-		SGL: []vroce.SGE{a.MR.SGE(size, size)}, RemoteAddr: b.MR.Addr() + uint64(size), RKey: b.MR.RKey()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	verbstest.MustSucceed(t, verbstest.WaitCompletions(t, a.CQ, 1, 20*time.Second))
-	if !bytes.Equal(a.Buf[size:2*size], b.Buf[size:2*size]) {
-		t.Fatal("READ: data differs")
-	}
-}
-
 // Verbs traffic between two AF_XDP devices: 16 MiB each way, many times
 // the frames each socket has, after which the frames are back where they
 // belong: every TX frame free, and the receive frames in the fill and RX
@@ -83,7 +57,7 @@ func TestVerbsBetweenAFXDPDevices(t *testing.T) {
 	o := verbstest.DefaultOpts()
 	o.BufSize = 32 << 20
 	a, b := verbstest.Pair(t, da, db, o)
-	exercise(t, a, b, 16<<20)
+	verbstest.Exercise(t, a, b, 16<<20)
 	for _, p := range []*afxdp.Provider{pa, pb} {
 		st := p.Stats()
 		if st.RxPackets < 4*afxdp.Frames || st.RxInvalid != 0 {
@@ -135,9 +109,9 @@ func TestInteropWithUDPProvider(t *testing.T) {
 					t.Logf("UDP dev %+v", du.Stats())
 				}
 			})
-			exercise(t, x, u, 1<<20) // AF_XDP requests
+			verbstest.Exercise(t, x, u, 1<<20) // AF_XDP requests
 			u2, x2 := openPair(t, du, dx)
-			exercise(t, u2, x2, 1<<20) // UDP requests
+			verbstest.Exercise(t, u2, x2, 1<<20) // UDP requests
 			st := px.Stats()
 			if st.RxPackets == 0 || st.TxPackets == 0 || st.RxInvalid != 0 {
 				t.Fatalf("AF_XDP provider stats %+v", st)
@@ -222,7 +196,7 @@ func TestKernelTrafficPassesAndCloseDetaches(t *testing.T) {
 	netnstest.Sh(t, "", "ip", "-n", ha.NS, "neigh", "flush", "dev", ha.Dev)
 	du := openUDP(t, hb, hb.IP+":4791")
 	x, u := openPair(t, dx, du)
-	exercise(t, x, u, 64<<10)
+	verbstest.Exercise(t, x, u, 64<<10)
 
 	st := px.Stats()
 	dx.Close()
@@ -290,7 +264,7 @@ func TestSeveralQueues(t *testing.T) {
 	}
 	du := openUDP(t, hb, hb.IP+":4791")
 	u, x := openPair(t, du, dx)
-	exercise(t, u, x, 1<<20)
+	verbstest.Exercise(t, u, x, 1<<20)
 	st := px.Stats()
 	if st.RxPerQueue[1] == 0 {
 		t.Fatalf("nothing arrived on queue 1: %+v", st)
@@ -319,9 +293,9 @@ func TestGenericMode(t *testing.T) {
 	}
 	du := openUDP(t, hb, hb.IP+":4791")
 	x, u := openPair(t, dx, du)
-	exercise(t, x, u, 1<<20)
+	verbstest.Exercise(t, x, u, 1<<20)
 	u2, x2 := openPair(t, du, dx)
-	exercise(t, u2, x2, 1<<20)
+	verbstest.Exercise(t, u2, x2, 1<<20)
 }
 
 // Without the capabilities it needs, Open fails with a PrivilegeError that
@@ -434,28 +408,7 @@ func TestNoAllocationPerPacket(t *testing.T) {
 	for i := range out {
 		out[i] = vroce.Packet{Data: make([]byte, 1000), Addr: rx.LocalAddr()}
 	}
-	in := make([]vroce.Packet, 64)
-	bufs := make([][]byte, len(in))
-	for i := range bufs {
-		bufs[i] = make([]byte, vroce.MaxPacketSize)
-	}
-	round := func() {
-		if err := tx.Send(out); err != nil {
-			t.Fatal(err)
-		}
-		for got := 0; got < len(out); {
-			for i := range in {
-				in[i].Data = bufs[i]
-			}
-			n, err := rx.Recv(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got += n
-		}
-	}
-	round() // warm up: the first batch waits for the neighbour
-	if a := testing.AllocsPerRun(50, round); a > 0 {
+	if a := providertest.AllocsPerBatch(t, tx, rx, out); a > 0 {
 		t.Fatalf("%.1f allocations per batch of %d packets", a, len(out))
 	}
 }
@@ -480,7 +433,7 @@ func TestJumboLinkCapsPathMTUAt2048(t *testing.T) {
 	o.BufSize = 4 << 20
 	o.MTU = vroce.MTU2048
 	x, u := verbstest.Pair(t, dx, du, o)
-	exercise(t, x, u, 1<<20)
+	verbstest.Exercise(t, x, u, 1<<20)
 	u2, x2 := verbstest.Pair(t, du, dx, o)
-	exercise(t, u2, x2, 1<<20)
+	verbstest.Exercise(t, u2, x2, 1<<20)
 }

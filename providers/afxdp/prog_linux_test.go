@@ -31,6 +31,22 @@ func attachByNetlink(t *testing.T, nl *rtnl, ifindex int, name string, insns fun
 	}
 }
 
+// interfaceAndNetlink looks up an interface and opens a netlink socket,
+// both in the calling thread's namespace; the socket closes with the test.
+func interfaceAndNetlink(t *testing.T, name string) (*net.Interface, *rtnl) {
+	t.Helper()
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nl, err := openRTNL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nl.close)
+	return ifi, nl
+}
+
 func xdpMode(t *testing.T, nl *rtnl, ifindex int) uint8 {
 	t.Helper()
 	_, st, err := nl.link(ifindex)
@@ -45,15 +61,7 @@ func xdpMode(t *testing.T, nl *rtnl, ifindex int) uint8 {
 func TestStaleProgramIsReplaced(t *testing.T) {
 	ha, _ := netnstest.Link(t, netnstest.LinkOpts{})
 	netnstest.In(t, ha.NS, func() {
-		ifi, err := net.InterfaceByName(ha.Dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nl, err := openRTNL()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nl.close()
+		ifi, nl := interfaceAndNetlink(t, ha.Dev)
 		attachByNetlink(t, nl, ifi.Index, progName, func(m *ebpf.Map) asm.Instructions { return steeringProgram(m, DefaultPort) })
 		if xdpMode(t, nl, ifi.Index) != xdpAttachedGeneric {
 			t.Fatal("the stale program is not attached")
@@ -77,15 +85,7 @@ func TestStaleProgramIsReplaced(t *testing.T) {
 func TestForeignProgramIsLeftAlone(t *testing.T) {
 	ha, _ := netnstest.Link(t, netnstest.LinkOpts{})
 	netnstest.In(t, ha.NS, func() {
-		ifi, err := net.InterfaceByName(ha.Dev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nl, err := openRTNL()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nl.close()
+		ifi, nl := interfaceAndNetlink(t, ha.Dev)
 		attachByNetlink(t, nl, ifi.Index, "someone_else", func(*ebpf.Map) asm.Instructions {
 			return asm.Instructions{asm.Mov.Imm(asm.R0, 2), asm.Return()}
 		})

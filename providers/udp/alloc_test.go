@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"testing"
 
+	"vroce.dev/internal/providertest"
 	"vroce.dev/vroce"
 )
 
@@ -19,27 +20,6 @@ func TestNoAllocationPerPacket(t *testing.T) {
 	for i := range out {
 		out[i] = vroce.Packet{Data: make([]byte, 1000), Addr: rx.LocalAddr(), Coalesce: i%8 != 7}
 	}
-	in := make([]vroce.Packet, 64)
-	bufs := make([][]byte, len(in))
-	for i := range bufs {
-		bufs[i] = make([]byte, vroce.MaxPacketSize)
-	}
-	round := func() {
-		if err := tx.Send(out); err != nil {
-			t.Fatal(err)
-		}
-		for got := 0; got < len(out); {
-			for i := range in {
-				in[i].Data = bufs[i]
-			}
-			n, err := rx.Recv(in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got += n
-		}
-	}
-	round() // warm up: buffers grow once
 	// Zero without the race detector. With it, sync.Pool (inside x/net's
 	// send path) drops what it is given a quarter of the time, which costs
 	// an allocation or two a batch; one per datagram (eight here) or per
@@ -48,7 +28,7 @@ func TestNoAllocationPerPacket(t *testing.T) {
 	if raceEnabled {
 		limit = 3
 	}
-	if a := testing.AllocsPerRun(50, round); a > limit {
+	if a := providertest.AllocsPerBatch(t, tx, rx, out); a > limit {
 		t.Fatalf("%.1f allocations per batch of %d packets", a, len(out))
 	}
 }

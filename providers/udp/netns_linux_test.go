@@ -42,7 +42,7 @@ func TestTransferAcrossLossyVethBetweenNamespaces(t *testing.T) {
 	a, b := verbstest.Pair(t, da, db, o)
 	const size = 1 << 20
 	deadline := time.Now().Add(60 * time.Second)
-	exercise(t, a, b, size)
+	verbstest.Exercise(t, a, b, size)
 	if time.Now().After(deadline) {
 		t.Fatal("transfer took over a minute")
 	}

@@ -29,7 +29,7 @@ func TestSACKsDecodeAsPlainRoCEAcks(t *testing.T) {
 	o := verbstest.DefaultOpts()
 	o.BufSize = 2 << 20
 	a, b := verbstest.Pair(t, da, db, o)
-	exercise(t, a, b, 512<<10)
+	verbstest.Exercise(t, a, b, 512<<10)
 	if err := da.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -20,56 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// exercise moves a WRITE, a READ, a SEND and an atomic through a pair and
-// verifies every byte.
-func exercise(t *testing.T, a, b *verbstest.Node, size int) {
-	t.Helper()
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("requester %+v", a.QP.Stats())
-			t.Logf("responder %+v", b.QP.Stats())
-		}
-	})
-	verbstest.Fill(a.Buf[:size], 5)
-	err := a.QP.PostSend(vroce.SendWR{ID: 1, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled,
-		SGL: []vroce.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	verbstest.MustSucceed(t, verbstest.WaitCompletions(t, a.CQ, 1, 10*time.Second))
-	verbstest.Sync(b)
-	if !bytes.Equal(a.Buf[:size], b.Buf[:size]) {
-		t.Fatal("WRITE: data differs")
-	}
-	verbstest.Fill(b.Buf[size:2*size], 9)
-	verbstest.Sync(b)
-	err = a.QP.PostSend(vroce.SendWR{ID: 2, Opcode: vroce.WRRDMARead, Flags: vroce.SendSignaled,
-		SGL: []vroce.SGE{a.MR.SGE(size, size)}, RemoteAddr: b.MR.Addr() + uint64(size), RKey: b.MR.RKey()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	verbstest.MustSucceed(t, verbstest.WaitCompletions(t, a.CQ, 1, 10*time.Second))
-	if !bytes.Equal(a.Buf[size:2*size], b.Buf[size:2*size]) {
-		t.Fatal("READ: data differs")
-	}
-	if err := b.QP.PostRecv(vroce.RecvWR{ID: 3, SGL: []vroce.SGE{b.MR.SGE(0, 4096)}}); err != nil {
-		t.Fatal(err)
-	}
-	err = a.QP.PostSend(
-		vroce.SendWR{ID: 4, Opcode: vroce.WRSend, Flags: vroce.SendSignaled | vroce.SendInline, Inline: []byte("hello, vRoCE")},
-		vroce.SendWR{ID: 5, Opcode: vroce.WRAtomicFetchAndAdd, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, 8)}, RemoteAddr: b.MR.Addr() + 64, RKey: b.MR.RKey(), CompareAdd: 1},
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verbstest.MustSucceed(t, verbstest.WaitCompletions(t, a.CQ, 2, 10*time.Second))
-	rwc := verbstest.WaitCompletions(t, b.CQ, 1, 10*time.Second)
-	verbstest.MustSucceed(t, rwc)
-	if got := string(b.Buf[:rwc[0].ByteLen]); got != "hello, vRoCE" {
-		t.Fatalf("SEND delivered %q", got)
-	}
-}
 
 func TestVerbsOverUDPLoopback(t *testing.T) {
 	for _, tc := range []struct{ name, a, b string }{
@@ -86,7 +35,7 @@ func TestVerbsOverUDPLoopback(t *testing.T) {
 			o.MTU = vroce.MTU4096
 			o.BufSize = 8 << 20
 			a, b := verbstest.Pair(t, da, db, o)
-			exercise(t, a, b, 4<<20)
+			verbstest.Exercise(t, a, b, 4<<20)
 			if s := da.Stats(); s.RxBadICRC != 0 || s.RxMalformed != 0 {
 				t.Fatalf("device counters: %+v", s)
 			}
@@ -117,7 +66,7 @@ func TestPcapDecodesAsRoCE(t *testing.T) {
 			}
 			db := verbstest.OpenDevice(t, vroce.Config{Provider: "udp", Addr: bAddr})
 			a, b := verbstest.Pair(t, da, db, verbstest.DefaultOpts())
-			exercise(t, a, b, 64<<10)
+			verbstest.Exercise(t, a, b, 64<<10)
 			if err := da.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +134,7 @@ func TestDeviceOnAllAddresses(t *testing.T) {
 	if err := cm.Connect(b.QP, 200, cm.Peer{QPN: a.QP.QPN(), PSN: 100, Addr: loopA, MTU: vroce.MTU1024, SelectiveRepeat: true}, p); err != nil {
 		t.Fatal(err)
 	}
-	exercise(t, a, b, 1<<20)
+	verbstest.Exercise(t, a, b, 1<<20)
 	// Every datagram accepted: the ICRC rebuilt from the QP's flow holds.
 	if s := da.Stats(); s.RxBadICRC != 0 || s.QPs.WrongSource != 0 || s.QPs.RxPackets == 0 {
 		t.Fatalf("device on all addresses dropped packets: %+v", s)
