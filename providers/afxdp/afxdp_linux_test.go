@@ -386,9 +386,48 @@ func TestRsockStreamsOverAFXDP(t *testing.T) {
 // nothing: frames are recycled through the rings, headers written in
 // place, next hops looked up in a map.
 func TestNoAllocationPerPacket(t *testing.T) {
+	tx, rx := providerPair(t)
+	out := make([]vroce.Packet, 32)
+	for i := range out {
+		out[i] = vroce.Packet{Data: make([]byte, 1000), Addr: rx.LocalAddr()}
+	}
+	if a := providertest.AllocsPerBatch(t, tx, rx, out); a > 0 {
+		t.Fatalf("%.1f allocations per batch of %d packets", a, len(out))
+	}
+}
+
+// A packet larger than the link carries is refused with an error, and the
+// rest of its batch still goes.
+func TestSendRefusesOversizeAndSendsTheRest(t *testing.T) {
+	tx, rx := providerPair(t)
+	to := rx.LocalAddr()
+	batch := []vroce.Packet{{Data: []byte("first"), Addr: to}, {Data: make([]byte, 3000), Addr: to}, {Data: []byte("last"), Addr: to}}
+	if err := tx.Send(batch); err == nil || !strings.Contains(err.Error(), "MTU") {
+		t.Fatalf("oversize packet: %v", err)
+	}
+	var got []string
+	in := make([]vroce.Packet, 4)
+	for len(got) < 2 {
+		for i := range in {
+			in[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		n, err := rx.Recv(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range in[:n] {
+			got = append(got, string(p.Data))
+		}
+	}
+	if len(got) != 2 || got[0] != "first" || got[1] != "last" {
+		t.Fatalf("received %q", got)
+	}
+}
+
+// providerPair opens an AF_XDP provider at each end of a veth pair, the
+// first through VROCE_IFACE.
+func providerPair(t *testing.T) (tx, rx *afxdp.Provider) {
 	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
-	var tx, rx *afxdp.Provider
-	// VROCE_IFACE names the interface when the options do not.
 	t.Setenv("VROCE_IFACE", ha.Dev)
 	netnstest.In(t, ha.NS, func() {
 		var err error
@@ -404,13 +443,7 @@ func TestNoAllocationPerPacket(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { rx.Close() })
-	out := make([]vroce.Packet, 32)
-	for i := range out {
-		out[i] = vroce.Packet{Data: make([]byte, 1000), Addr: rx.LocalAddr()}
-	}
-	if a := providertest.AllocsPerBatch(t, tx, rx, out); a > 0 {
-		t.Fatalf("%.1f allocations per batch of %d packets", a, len(out))
-	}
+	return tx, rx
 }
 
 // On a 9000-byte link the path MTU stops at 2048: a 4096-byte packet

@@ -222,11 +222,15 @@ func (p *Provider) Send(pkts []vroce.Packet) error {
 	s := p.socks[0]
 	s.reclaim()
 	now := time.Now()
+	var bad error // the first packet refused; the rest of the batch still goes
 	for i := range pkts {
 		pk := &pkts[i]
 		dst := netip.AddrPortFrom(pk.Addr.Addr().Unmap(), pk.Addr.Port())
-		if dst.Addr().Is4() != p.local.Addr().Is4() {
-			return fmt.Errorf("afxdp: cannot send to %v from %v", pk.Addr, p.local)
+		if dst.Addr().Is4() != p.local.Addr().Is4() || len(pk.Data) > p.mtu {
+			if bad == nil {
+				bad = fmt.Errorf("afxdp: cannot send %d bytes to %v from %v (MTU %d)", len(pk.Data), pk.Addr, p.local, p.mtu)
+			}
+			continue
 		}
 		mac, ok := p.neigh.lookup(dst, pk.Data, now)
 		if !ok {
@@ -240,18 +244,16 @@ func (p *Provider) Send(pkts []vroce.Packet) error {
 		s.txFree = s.txFree[:len(s.txFree)-1]
 		l := path{srcMAC: p.mac, dstMAC: mac, src: p.local, dst: dst}
 		frame := s.umem[addr : addr+frameSize]
-		h := headerLen(dst.Addr().Is6())
-		n := copy(frame[h:], pk.Data)
-		if n < len(pk.Data) {
-			s.txFree = append(s.txFree, addr)
-			return fmt.Errorf("afxdp: a %d-byte packet exceeds the %d-byte frame", len(pk.Data), frameSize-h)
-		}
+		n := copy(frame[headerLen(dst.Addr().Is6()):], pk.Data) // whole: the MTU fits a frame
 		d := s.tx.xdpDesc(s.tx.local)
 		d.Addr, d.Len, d.Options = addr, uint32(writeHeaders(frame, &l, n)), 0
 		s.tx.local++
 		p.stats.tx.Add(1)
 	}
-	return p.flushTX(s)
+	if err := p.flushTX(s); err != nil {
+		return err
+	}
+	return bad
 }
 
 // frameFor makes sure a TX frame is free, pushing out what is queued and
