@@ -145,16 +145,8 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	qps := make([]*QP, 0, len(d.qps))
-	for _, qp := range d.qps {
-		qps = append(qps, qp)
-	}
 	d.mu.Unlock()
-	for _, qp := range qps {
-		qp.mu.Lock()
-		qp.toErrorLocked()
-		qp.mu.Unlock()
-	}
+	d.failQPs()
 	close(d.done)
 	d.stopTimers()
 	err := d.prov.Close()
@@ -254,6 +246,10 @@ func (d *Device) rxLoop() {
 				return
 			}
 			d.stats.rxErrors.Add(1)
+			if errors.Is(err, ErrProviderFailed) {
+				d.fail(err)
+				return
+			}
 			continue
 		}
 		for i := range pkts[:got] {
@@ -265,6 +261,30 @@ func (d *Device) rxLoop() {
 		}
 		out.acks = out.acks[:0]
 		d.flush(out)
+	}
+}
+
+// fail ends a device whose provider can never receive again: every QP
+// goes to the error state (flushing its work requests), and the owner
+// hears of it as EventDeviceFatal, with the reason in Err. Close still
+// releases the rest.
+func (d *Device) fail(err error) {
+	d.failQPs()
+	d.events.push(AsyncEvent{Type: EventDeviceFatal, Err: err})
+}
+
+// failQPs moves every QP to the error state, flushing its work requests.
+func (d *Device) failQPs() {
+	d.mu.Lock()
+	qps := make([]*QP, 0, len(d.qps))
+	for _, qp := range d.qps {
+		qps = append(qps, qp)
+	}
+	d.mu.Unlock()
+	for _, qp := range qps {
+		qp.mu.Lock()
+		qp.toErrorLocked()
+		qp.mu.Unlock()
 	}
 }
 
@@ -397,6 +417,7 @@ type AsyncEvent struct {
 	QP   *QP
 	CQ   *CQ
 	SRQ  *SRQ
+	Err  error // EventDeviceFatal: what failed
 }
 
 const maxQueuedEvents = 1 << 16

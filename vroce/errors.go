@@ -22,6 +22,10 @@ var (
 	ErrCQOverflow = errors.New("vroce: completion queue overflow")
 	// ErrBusy is returned when destroying an object still in use.
 	ErrBusy = errors.New("resource busy")
+	// ErrProviderFailed is wrapped by a provider's Recv error once it can
+	// never receive again (its interface is gone, say). The device then
+	// reports EventDeviceFatal and fails its QPs.
+	ErrProviderFailed = errors.New("vroce: packet provider failed")
 )
 
 // LimitError reports a request beyond a device limit: which limit, what was

@@ -2,6 +2,7 @@ package vroce
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -16,14 +17,15 @@ type pipeProvider struct {
 	peer *pipeProvider
 	mu   sync.Mutex
 	q    []Packet
-	wake chan struct{}
-	done chan struct{}
-	once sync.Once
+	wake   chan struct{}
+	done   chan struct{}
+	broken chan struct{} // closed: Recv fails for good
+	once   sync.Once
 }
 
 func newPipePair() (*pipeProvider, *pipeProvider) {
-	a := &pipeProvider{addr: netip.MustParseAddrPort("127.0.0.1:4791"), wake: make(chan struct{}, 1), done: make(chan struct{})}
-	b := &pipeProvider{addr: netip.MustParseAddrPort("127.0.0.2:4791"), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	a := &pipeProvider{addr: netip.MustParseAddrPort("127.0.0.1:4791"), wake: make(chan struct{}, 1), done: make(chan struct{}), broken: make(chan struct{})}
+	b := &pipeProvider{addr: netip.MustParseAddrPort("127.0.0.2:4791"), wake: make(chan struct{}, 1), done: make(chan struct{}), broken: make(chan struct{})}
 	a.peer, b.peer = b, a
 	return a, b
 }
@@ -46,6 +48,8 @@ func (p *pipeProvider) Recv(pkts []Packet) (int, error) {
 		case <-p.wake:
 		case <-p.done:
 			return 0, net.ErrClosed
+		case <-p.broken:
+			return 0, fmt.Errorf("pipe cut: %w", ErrProviderFailed)
 		}
 	}
 }

@@ -40,7 +40,9 @@ const MaxPacketSize = 4096 + 128
 // several goroutines at once.
 type Provider interface {
 	// Recv blocks until at least one packet arrives, fills pkts from the
-	// front and returns how many. After Close it returns net.ErrClosed.
+	// front and returns how many. After Close it returns net.ErrClosed;
+	// once it can never receive again, an error wrapping
+	// ErrProviderFailed.
 	Recv(pkts []Packet) (int, error)
 	// Send sends every packet in pkts. A datagram the network drops is not
 	// an error; a closed provider or an unusable address is.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -469,4 +471,33 @@ func TestJumboLinkCapsPathMTUAt2048(t *testing.T) {
 	verbstest.Exercise(t, x, u, 1<<20)
 	u2, x2 := verbstest.Pair(t, du, dx, o)
 	verbstest.Exercise(t, u2, x2, 1<<20)
+}
+
+// An interface deleted under a device ends the device, visibly: an AF_XDP
+// socket whose interface is gone polls as if idle, so the provider watches
+// for the deletion and fails, and the device reports EventDeviceFatal and
+// flushes its QPs' work, instead of waiting forever.
+func TestDeletedInterfaceIsDeviceFatal(t *testing.T) {
+	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
+	dx, _ := openAFXDP(t, ha, ha.IP+":4791")
+	du := openUDP(t, hb, hb.IP+":4791")
+	x, _ := openPair(t, dx, du)
+	if err := x.QP.PostRecv(vroce.RecvWR{ID: 9, SGL: []vroce.SGE{x.MR.SGE(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Sh(t, "", "ip", "-n", ha.NS, "link", "del", ha.Dev)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev, err := dx.AsyncEvent(ctx)
+	if err != nil {
+		t.Fatalf("no event after the interface was deleted: %v", err)
+	}
+	if ev.Type != vroce.EventDeviceFatal || !errors.Is(ev.Err, vroce.ErrProviderFailed) || !errors.Is(ev.Err, syscall.ENODEV) {
+		t.Fatalf("event %v: %v", ev.Type, ev.Err)
+	}
+	wcs := verbstest.WaitCompletions(t, x.CQ, 1, 10*time.Second)
+	if wcs[0].ID != 9 || wcs[0].Status != vroce.WCWRFlushErr {
+		t.Fatalf("receive WR after the failure: %+v", wcs[0])
+	}
+	t.Log(ev.Err)
 }

@@ -42,6 +42,50 @@ func openRTNL() (*rtnl, error) {
 
 func (n *rtnl) close() { unix.Close(n.fd) }
 
+// linkWatch is a non-blocking netlink socket that hears of link changes
+// (RTMGRP_LINK). An AF_XDP socket whose interface is deleted reports
+// nothing to poll, so this is how a provider learns that it is gone.
+type linkWatch struct {
+	fd  int
+	buf []byte
+}
+
+func openLinkWatch() (*linkWatch, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("afxdp: netlink: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_LINK}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("afxdp: netlink: %w", err)
+	}
+	return &linkWatch{fd: fd, buf: make([]byte, 1<<16)}, nil
+}
+
+// deleted reads what the kernel has announced and reports whether ifindex
+// was deleted among it.
+func (w *linkWatch) deleted(ifindex int) bool {
+	gone := false
+	for {
+		n, _, err := unix.Recvfrom(w.fd, w.buf, unix.MSG_DONTWAIT)
+		if err != nil || n <= 0 {
+			return gone // EAGAIN: read all; ENOBUFS: overrun, the next read goes on
+		}
+		msgs, err := syscall.ParseNetlinkMessage(w.buf[:n])
+		if err != nil {
+			continue
+		}
+		for _, m := range msgs {
+			if m.Header.Type == unix.RTM_DELLINK && len(m.Data) >= unix.SizeofIfInfomsg &&
+				int(int32(binary.NativeEndian.Uint32(m.Data[4:]))) == ifindex {
+				gone = true
+			}
+		}
+	}
+}
+
+func (w *linkWatch) close() { unix.Close(w.fd) }
+
 // do sends one request and returns the payloads of the answers: one
 // message, or none for a request that asked only for an acknowledgement.
 func (n *rtnl) do(typ, flags uint16, body []byte) ([][]byte, error) {

@@ -28,6 +28,7 @@ type Provider struct {
 
 	reserved *net.UDPConn // holds the UDP port in the kernel's tables
 	nl       *rtnl
+	watch    *linkWatch // in the epoll set: hears of the interface's deletion
 	steer    *steering
 	socks    []*xsk
 	// Recv waits on an epoll set of every socket, itself waited on
@@ -40,6 +41,8 @@ type Provider struct {
 	rxNext  int        // the socket Recv looks at first, for fairness
 	rxPkts  []vroce.Packet
 	rxGot   int
+	rxLooks int   // readiness checks in this wait: past the first, we were woken
+	rxErr   error // a socket failed: every later Recv returns it
 	rxReady func(uintptr) bool
 	sendMu  sync.Mutex // one sender at a time on the TX ring
 	neigh   *neighbours
@@ -113,6 +116,13 @@ func Open(addr string, opts Options) (_ *Provider, err error) {
 	if p.rawEp, err = p.epoll.SyscallConn(); err != nil {
 		return nil, fmt.Errorf("afxdp: epoll: %w", err)
 	}
+	if p.watch, err = openLinkWatch(); err != nil {
+		return nil, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(p.watch.fd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, p.watch.fd, &ev); err != nil {
+		return nil, fmt.Errorf("afxdp: epoll: %w", err)
+	}
 	for q := range queues {
 		s, err := openXSK(p.ifindex, q)
 		var be *bindError
@@ -147,6 +157,10 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 		if p.closed.Load() {
 			return 0, net.ErrClosed
 		}
+		if p.rxErr != nil {
+			return 0, p.rxErr
+		}
+		p.rxLooks = 0
 		if err := p.rawEp.Read(p.rxReady); err != nil {
 			if p.closed.Load() {
 				return 0, net.ErrClosed
@@ -162,7 +176,26 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 // allocates nothing.
 func (p *Provider) rxReadyCheck(uintptr) bool {
 	p.rxGot = p.receive(p.rxPkts)
-	return p.rxGot > 0 || p.closed.Load()
+	p.rxLooks++
+	if p.rxGot == 0 && p.rxLooks > 1 {
+		// Woken with nothing to read: the interface may be gone.
+		p.rxErr = p.failure()
+	}
+	return p.rxGot > 0 || p.rxErr != nil || p.closed.Load()
+}
+
+// failure reports the interface's deletion, or a socket's pending error,
+// as a provider failure.
+func (p *Provider) failure() error {
+	if p.watch.deleted(p.ifindex) {
+		return fmt.Errorf("afxdp: %s: %w: %w", p.iface, vroce.ErrProviderFailed, unix.ENODEV)
+	}
+	for _, s := range p.socks {
+		if e, err := unix.GetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && e != 0 {
+			return fmt.Errorf("afxdp: %s, queue %d: %w: %w", p.iface, s.queue, vroce.ErrProviderFailed, unix.Errno(e))
+		}
+	}
+	return nil
 }
 
 // receive takes what the RX rings hold, up to len(pkts), checks each frame
@@ -362,6 +395,9 @@ func (p *Provider) release() {
 	}
 	if p.nl != nil {
 		p.nl.close()
+	}
+	if p.watch != nil {
+		p.watch.close()
 	}
 	if p.reserved != nil {
 		p.reserved.Close()
