@@ -24,6 +24,10 @@
 // route and neighbour tables; a neighbour the kernel does not know yet is
 // resolved by the kernel while the first packets to it wait.
 //
+// Deleting the interface under a device fails the provider with an error
+// wrapping vroce.ErrProviderFailed, which the device reports as
+// EventDeviceFatal.
+//
 // A frame is one 4 KiB UMEM chunk less the kernel's XDP headroom, so the
 // largest path MTU over AF_XDP is 2048 (a 4096-byte path MTU does not fit
 // in one chunk).
