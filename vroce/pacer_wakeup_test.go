@@ -13,10 +13,10 @@ import (
 // pipeProvider joins two devices in the process without the sim (which
 // imports this package): each Send lands in the peer's queue.
 type pipeProvider struct {
-	addr netip.AddrPort
-	peer *pipeProvider
-	mu   sync.Mutex
-	q    []Packet
+	addr   netip.AddrPort
+	peer   *pipeProvider
+	mu     sync.Mutex
+	q      []Packet
 	wake   chan struct{}
 	done   chan struct{}
 	broken chan struct{} // closed: Recv fails for good
