@@ -438,8 +438,6 @@ func (r *requester) schedule(qp *QP) {
 	}
 	if next != 0 {
 		qp.dev.schedule(qp, next)
-	} else {
-		qp.dev.unschedule(qp)
 	}
 }
 
