@@ -501,3 +501,38 @@ func TestDeletedInterfaceIsDeviceFatal(t *testing.T) {
 	}
 	t.Log(ev.Err)
 }
+
+// The program takes only what is addressed to the device: a kernel socket
+// on another address of the same interface, same port (another RoCE stack,
+// say), still gets its datagrams while the device works beside it.
+func TestOtherAddressOnTheInterfaceStaysWithTheKernel(t *testing.T) {
+	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
+	other := strings.TrimSuffix(ha.IP, ".1") + ".3"
+	netnstest.Sh(t, "", "ip", "-n", ha.NS, "addr", "add", other+"/24", "dev", ha.Dev)
+	dx, px := openAFXDP(t, ha, ha.IP+":4791")
+	var kernel net.PacketConn
+	netnstest.In(t, ha.NS, func() {
+		var err error
+		if kernel, err = net.ListenPacket("udp", other+":4791"); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer kernel.Close()
+	netnstest.In(t, hb.NS, func() {
+		c, err := net.Dial("udp", other+":4791")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("for the kernel"))
+	})
+	kernel.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, _, err := kernel.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != "for the kernel" {
+		t.Fatalf("kernel socket on %s:4791: %q, %v (AF_XDP stats %+v)", other, buf[:n], err, px.Stats())
+	}
+	du := openUDP(t, hb, hb.IP+":4791")
+	x, u := openPair(t, dx, du)
+	verbstest.Exercise(t, x, u, 64<<10)
+}

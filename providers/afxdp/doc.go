@@ -4,8 +4,8 @@
 //
 // Opening a provider attaches a small XDP program (written with
 // cilium/ebpf's asm package, so nothing is compiled outside Go) to the
-// interface (one device per interface). It redirects IPv4 and IPv6 UDP
-// datagrams for the device's port
+// interface (one device per interface). It redirects UDP datagrams for
+// the device's address and port, IPv4 or IPv6,
 // to the AF_XDP socket of the queue they arrived on and passes everything
 // else, ARP and neighbour discovery included, to the kernel. There is one
 // socket, with its own UMEM and four rings, per receive queue, so an

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -29,15 +30,22 @@ func be16(v uint16) int32 {
 	return int32(binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, v)))
 }
 
-// steeringProgram redirects IPv4 and IPv6 UDP datagrams for port to the
-// socket bound to the queue they arrived on, and passes everything else
-// (ARP, neighbour discovery, fragments, IPv4 with options, IPv6 with
-// extension headers, other ports) to the kernel. A queue with no socket
-// passes too, through bpf_redirect_map's default action.
-func steeringProgram(xsks *ebpf.Map, port uint16) asm.Instructions {
+// be32 is a 32-bit network-order value as the program's loads see it.
+func be32(b []byte) int32 {
+	return int32(binary.NativeEndian.Uint32(b))
+}
+
+// steeringProgram redirects UDP datagrams for the device's address and
+// port (IPv4 or IPv6, the device's family) to the socket bound to the
+// queue they arrived on, and passes everything else (ARP, neighbour
+// discovery, fragments, IPv4 with options, IPv6 with extension headers,
+// other ports, and other addresses on the interface, which another
+// RoCE stack may use) to the kernel. A queue with no socket passes too,
+// through bpf_redirect_map's default action.
+func steeringProgram(xsks *ebpf.Map, local netip.AddrPort) asm.Instructions {
 	const (
 		ctx, data, end, p, v = asm.R6, asm.R2, asm.R3, asm.R4, asm.R5
-		ipv4, ipv6           = ethHeader, ethHeader // where each header starts
+		ip                   = ethHeader // where the IP header starts
 	)
 	bounds := func(n int32) asm.Instructions {
 		return asm.Instructions{
@@ -53,35 +61,52 @@ func steeringProgram(xsks *ebpf.Map, port uint16) asm.Instructions {
 		asm.LoadMem(end, ctx, 4, asm.Word),  // xdp_md.data_end
 	)
 	insns = append(insns, bounds(ethHeader)...)
+	addr := local.Addr().AsSlice()
+	// dst compares the destination address, four bytes at a time (32-bit
+	// compares: a 64-bit one would sign-extend the immediate).
+	dst := func(at int16) asm.Instructions {
+		var out asm.Instructions
+		for i := 0; i < len(addr); i += 4 {
+			out = append(out,
+				asm.LoadMem(v, data, at+int16(i), asm.Word),
+				asm.JNE.Imm32(v, be32(addr[i:i+4]), "pass"))
+		}
+		return out
+	}
+	if local.Addr().Is4() {
+		insns = append(insns,
+			asm.LoadMem(v, data, 12, asm.Half),
+			asm.JNE.Imm(v, be16(etherTypeIPv4), "pass"),
+		)
+		insns = append(insns, bounds(ethHeader+ipv4Header+udpHeader)...)
+		insns = append(insns,
+			asm.LoadMem(v, data, ip+0, asm.Byte),
+			asm.JNE.Imm(v, 0x45, "pass"), // IPv4 without options
+			asm.LoadMem(v, data, ip+9, asm.Byte),
+			asm.JNE.Imm(v, protoUDP, "pass"),
+			asm.LoadMem(v, data, ip+6, asm.Half),
+			asm.And.Imm(v, be16(0x3fff)), // more fragments, or an offset
+			asm.JNE.Imm(v, 0, "pass"),
+			asm.LoadMem(v, data, ip+ipv4Header+2, asm.Half),
+			asm.JNE.Imm(v, be16(local.Port()), "pass"),
+		)
+		insns = append(insns, dst(ip+16)...)
+	} else {
+		insns = append(insns,
+			asm.LoadMem(v, data, 12, asm.Half),
+			asm.JNE.Imm(v, be16(etherTypeIPv6), "pass"),
+		)
+		insns = append(insns, bounds(ethHeader+ipv6Header+udpHeader)...)
+		insns = append(insns,
+			asm.LoadMem(v, data, ip+6, asm.Byte),
+			asm.JNE.Imm(v, protoUDP, "pass"),
+			asm.LoadMem(v, data, ip+ipv6Header+2, asm.Half),
+			asm.JNE.Imm(v, be16(local.Port()), "pass"),
+		)
+		insns = append(insns, dst(ip+24)...)
+	}
 	insns = append(insns,
-		asm.LoadMem(v, data, 12, asm.Half),
-		asm.JEq.Imm(v, be16(etherTypeIPv4), "ipv4"),
-		asm.JEq.Imm(v, be16(etherTypeIPv6), "ipv6"),
-		asm.Ja.Label("pass"),
-	)
-	insns = append(insns, bounds(ethHeader+ipv4Header+udpHeader)...)
-	insns[len(insns)-3] = insns[len(insns)-3].WithSymbol("ipv4")
-	insns = append(insns,
-		asm.LoadMem(v, data, ipv4+0, asm.Byte),
-		asm.JNE.Imm(v, 0x45, "pass"), // IPv4 without options
-		asm.LoadMem(v, data, ipv4+9, asm.Byte),
-		asm.JNE.Imm(v, protoUDP, "pass"),
-		asm.LoadMem(v, data, ipv4+6, asm.Half),
-		asm.And.Imm(v, be16(0x3fff)), // more fragments, or an offset
-		asm.JNE.Imm(v, 0, "pass"),
-		asm.LoadMem(v, data, ipv4+ipv4Header+2, asm.Half),
-		asm.JNE.Imm(v, be16(port), "pass"),
-		asm.Ja.Label("redirect"),
-	)
-	insns = append(insns, bounds(ethHeader+ipv6Header+udpHeader)...)
-	insns[len(insns)-3] = insns[len(insns)-3].WithSymbol("ipv6")
-	insns = append(insns,
-		asm.LoadMem(v, data, ipv6+6, asm.Byte),
-		asm.JNE.Imm(v, protoUDP, "pass"),
-		asm.LoadMem(v, data, ipv6+ipv6Header+2, asm.Half),
-		asm.JNE.Imm(v, be16(port), "pass"),
-
-		asm.LoadMem(asm.R2, ctx, 16, asm.Word).WithSymbol("redirect"), // xdp_md.rx_queue_index
+		asm.LoadMem(asm.R2, ctx, 16, asm.Word), // xdp_md.rx_queue_index
 		asm.LoadMapPtr(asm.R1, xsks.FD()),
 		asm.Mov.Imm(asm.R3, 2), // XDP_PASS when the queue has no socket
 		asm.FnRedirectMap.Call(),
@@ -93,12 +118,12 @@ func steeringProgram(xsks *ebpf.Map, port uint16) asm.Instructions {
 	return insns
 }
 
-// attachSteering loads the program for port and attaches it to ifindex,
+// attachSteering loads the program for local and attaches it to ifindex,
 // in driver mode where the driver has XDP (unless generic is asked for)
 // and in generic mode where not.
 // A program of ours left by a run that did not detach is replaced; anyone
 // else's is left alone and reported.
-func attachSteering(nl *rtnl, ifindex, queues int, iface string, port uint16, generic bool) (_ *steering, err error) {
+func attachSteering(nl *rtnl, ifindex, queues int, iface string, local netip.AddrPort, generic bool) (_ *steering, err error) {
 	if err := removeStale(nl, ifindex, iface); err != nil {
 		return nil, err
 	}
@@ -116,7 +141,7 @@ func attachSteering(nl *rtnl, ifindex, queues int, iface string, port uint16, ge
 		Name:         progName,
 		Type:         ebpf.XDP,
 		License:      "Dual MIT/GPL",
-		Instructions: steeringProgram(s.xsks, port),
+		Instructions: steeringProgram(s.xsks, local),
 	})
 	if err != nil {
 		return nil, privilegeError("loading the XDP program", "CAP_BPF and CAP_NET_ADMIN", err)

@@ -2,6 +2,7 @@ package afxdp
 
 import (
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -62,7 +63,9 @@ func TestStaleProgramIsReplaced(t *testing.T) {
 	ha, _ := netnstest.Link(t, netnstest.LinkOpts{})
 	netnstest.In(t, ha.NS, func() {
 		ifi, nl := interfaceAndNetlink(t, ha.Dev)
-		attachByNetlink(t, nl, ifi.Index, progName, func(m *ebpf.Map) asm.Instructions { return steeringProgram(m, DefaultPort) })
+		attachByNetlink(t, nl, ifi.Index, progName, func(m *ebpf.Map) asm.Instructions {
+			return steeringProgram(m, netip.AddrPortFrom(netip.MustParseAddr(ha.IP), DefaultPort))
+		})
 		if xdpMode(t, nl, ifi.Index) != xdpAttachedGeneric {
 			t.Fatal("the stale program is not attached")
 		}

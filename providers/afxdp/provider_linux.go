@@ -104,7 +104,7 @@ func Open(addr string, opts Options) (_ *Provider, err error) {
 		return nil, err
 	}
 	queues = max(queues, 1)
-	if p.steer, err = attachSteering(p.nl, p.ifindex, queues, name, p.local.Port(), opts.Generic); err != nil {
+	if p.steer, err = attachSteering(p.nl, p.ifindex, queues, name, p.local, opts.Generic); err != nil {
 		return nil, err
 	}
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
