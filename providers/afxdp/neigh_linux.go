@@ -99,14 +99,16 @@ func (n *neighbours) run() {
 				break
 			}
 			mac, err := n.resolve(dst)
+			// Under the send lock, so that no packet sent after the MAC
+			// is known overtakes the ones held for it.
+			n.p.sendMu.Lock()
 			held := n.settle(dst, mac, err == nil)
 			if err != nil {
 				n.p.stats.unresolved.Add(uint64(len(held)))
-				continue
+			} else if len(held) > 0 {
+				n.p.sendLocked(held) // a closed provider drops them, as it should
 			}
-			if len(held) > 0 {
-				n.p.Send(held) // a closed provider drops them, as it should
-			}
+			n.p.sendMu.Unlock()
 		}
 	}
 }

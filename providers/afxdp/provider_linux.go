@@ -249,6 +249,11 @@ func (p *Provider) receive(pkts []vroce.Packet) int {
 func (p *Provider) Send(pkts []vroce.Packet) error {
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
+	return p.sendLocked(pkts)
+}
+
+// sendLocked is Send under sendMu.
+func (p *Provider) sendLocked(pkts []vroce.Packet) error {
 	if p.closed.Load() {
 		return net.ErrClosed
 	}
