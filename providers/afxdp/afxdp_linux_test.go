@@ -536,3 +536,19 @@ func TestOtherAddressOnTheInterfaceStaysWithTheKernel(t *testing.T) {
 	x, u := openPair(t, dx, du)
 	verbstest.Exercise(t, x, u, 64<<10)
 }
+
+// A driver with no XDP of its own (a bridge) makes the driver-mode attach
+// fail; the provider falls back to generic mode by itself.
+func TestFallsBackToGenericMode(t *testing.T) {
+	ha, _ := netnstest.Link(t, netnstest.LinkOpts{})
+	netnstest.Sh(t, "", "ip", "-n", ha.NS, "link", "add", "vrbr", "type", "bridge")
+	netnstest.Sh(t, "", "ip", "-n", ha.NS, "addr", "add", "10.251.0.1/24", "dev", "vrbr")
+	netnstest.Sh(t, "", "ip", "-n", ha.NS, "link", "set", "vrbr", "up")
+	_, px := openAFXDP(t, netnstest.Host{NS: ha.NS, Dev: "vrbr"}, "10.251.0.1:4791")
+	if !px.Stats().Generic {
+		t.Fatal("attached in driver mode on a bridge")
+	}
+	if !strings.Contains(netnstest.Sh(t, "", "ip", "-n", ha.NS, "link", "show", "dev", "vrbr"), "xdpgeneric") {
+		t.Fatal("ip does not show a generic-mode program")
+	}
+}
