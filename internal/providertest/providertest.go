@@ -37,3 +37,25 @@ func AllocsPerBatch(t testing.TB, tx, rx vroce.Provider, out []vroce.Packet) flo
 	round()
 	return testing.AllocsPerRun(50, round)
 }
+
+// Receive takes n packets from rx, at most per in one Recv call, and
+// returns copies of them in arrival order (a provider may lend a packet's
+// memory only until its next Recv).
+func Receive(t testing.TB, rx vroce.Provider, n, per int) []vroce.Packet {
+	t.Helper()
+	var got []vroce.Packet
+	in := make([]vroce.Packet, per)
+	for len(got) < n {
+		for i := range in {
+			in[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		k, err := rx.Recv(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range in[:k] {
+			got = append(got, vroce.Packet{Data: append([]byte(nil), p.Data...), Addr: p.Addr})
+		}
+	}
+	return got
+}

@@ -408,18 +408,8 @@ func TestSendRefusesOversizeAndSendsTheRest(t *testing.T) {
 		t.Fatalf("oversize packet: %v", err)
 	}
 	var got []string
-	in := make([]vroce.Packet, 4)
-	for len(got) < 2 {
-		for i := range in {
-			in[i].Data = make([]byte, vroce.MaxPacketSize)
-		}
-		n, err := rx.Recv(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range in[:n] {
-			got = append(got, string(p.Data))
-		}
+	for _, p := range providertest.Receive(t, rx, 2, 4) {
+		got = append(got, string(p.Data))
 	}
 	if len(got) != 2 || got[0] != "first" || got[1] != "last" {
 		t.Fatalf("received %q", got)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"vroce.dev/internal/providertest"
 	"vroce.dev/vroce"
 )
 
@@ -72,21 +73,9 @@ func TestCoalescedReceiveIsCutIntoPackets(t *testing.T) {
 	if err := tx.Send(sent); err != nil {
 		t.Fatal(err)
 	}
-	got := 0
-	pkts := make([]vroce.Packet, 3)
-	for got < len(sent) {
-		for i := range pkts {
-			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
-		}
-		n, err := rx.Recv(pkts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pkts[:n] {
-			if !bytes.Equal(p.Data, sent[got].Data) || p.Addr != tx.LocalAddr() {
-				t.Fatalf("packet %d: %d bytes of %d from %v, want %d bytes of %d from %v", got, len(p.Data), p.Data[0], p.Addr, len(sent[got].Data), got+1, tx.LocalAddr())
-			}
-			got++
+	for i, p := range providertest.Receive(t, rx, len(sent), 3) {
+		if !bytes.Equal(p.Data, sent[i].Data) || p.Addr != tx.LocalAddr() {
+			t.Fatalf("packet %d: %d bytes of %d from %v, want %d bytes of %d from %v", i, len(p.Data), p.Data[0], p.Addr, len(sent[i].Data), i+1, tx.LocalAddr())
 		}
 	}
 	t.Logf("GRO in use: %v", rx.gro)
@@ -114,17 +103,9 @@ func TestPortableReceivePath(t *testing.T) {
 	if err := tx.Send(sent); err != nil {
 		t.Fatal(err)
 	}
-	for got := 0; got < len(sent); {
-		pkts := []vroce.Packet{{Data: make([]byte, vroce.MaxPacketSize)}, {Data: make([]byte, vroce.MaxPacketSize)}}
-		n, err := rx.Recv(pkts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pkts[:n] {
-			if !bytes.Equal(p.Data, sent[got].Data) || p.Addr != tx.LocalAddr() {
-				t.Fatalf("packet %d: %q from %v", got, p.Data, p.Addr)
-			}
-			got++
+	for i, p := range providertest.Receive(t, rx, len(sent), 2) {
+		if !bytes.Equal(p.Data, sent[i].Data) || p.Addr != tx.LocalAddr() {
+			t.Fatalf("packet %d: %q from %v", i, p.Data, p.Addr)
 		}
 	}
 }
