@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"time"
 
 	"vroce.dev/vroce"
@@ -24,10 +23,11 @@ const (
 
 // neighbours maps destination IPs to the MAC of their next hop, from the
 // kernel's route and neighbour tables. Senders only look up; one goroutine
-// asks the kernel, so a sender never waits on ARP.
+// asks the kernel, so a sender never waits on ARP. The maps belong to
+// whoever holds the provider's send lock: senders always do, and the
+// resolver takes it to read or settle them.
 type neighbours struct {
 	p    *Provider
-	mu   sync.Mutex
 	macs map[netip.Addr]neighbour
 	// waiting holds, per destination being resolved, the packets held for
 	// it; a destination being refreshed has an entry with none.
@@ -59,8 +59,6 @@ func newNeighbours(p *Provider) *neighbours {
 // starts resolving.
 func (n *neighbours) lookup(to netip.AddrPort, data []byte, now time.Time) ([6]byte, bool) {
 	dst := to.Addr()
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if e, ok := n.macs[dst]; ok {
 		if _, busy := n.waiting[dst]; !busy && now.Sub(e.at) > neighTTL {
 			n.waiting[dst] = nil
@@ -114,8 +112,8 @@ func (n *neighbours) run() {
 }
 
 func (n *neighbours) next() (netip.Addr, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	n.p.sendMu.Lock()
+	defer n.p.sendMu.Unlock()
 	for dst := range n.waiting {
 		return dst, true
 	}
@@ -124,8 +122,6 @@ func (n *neighbours) next() (netip.Addr, bool) {
 
 // settle records the outcome for dst and hands back what waited for it.
 func (n *neighbours) settle(dst netip.Addr, mac [6]byte, ok bool) []vroce.Packet {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	held := n.waiting[dst]
 	delete(n.waiting, dst)
 	if ok {
