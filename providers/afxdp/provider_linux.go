@@ -260,6 +260,7 @@ func (p *Provider) sendLocked(pkts []vroce.Packet) error {
 	s := p.socks[0]
 	s.reclaim()
 	now := time.Now()
+	queued := s.tx.local
 	var bad error // the first packet refused; the rest of the batch still goes
 	for i := range pkts {
 		pk := &pkts[i]
@@ -286,8 +287,8 @@ func (p *Provider) sendLocked(pkts []vroce.Packet) error {
 		d := s.tx.xdpDesc(s.tx.local)
 		d.Addr, d.Len, d.Options = addr, uint32(writeHeaders(frame, &l, n)), 0
 		s.tx.local++
-		p.stats.tx.Add(1)
 	}
+	p.stats.tx.Add(uint64(s.tx.local - queued))
 	if err := p.flushTX(s); err != nil {
 		return err
 	}
