@@ -6,23 +6,35 @@
 package clock
 
 import (
+	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // Clock wakes one goroutine at a deadline with microsecond precision: a
-// timerfd on CLOCK_MONOTONIC (the clock Go's monotonic time reads) read
-// with a blocking read. Setting it from another goroutine moves the
-// deadline of a read in progress.
+// timerfd on CLOCK_MONOTONIC (the clock Go's monotonic time reads) that
+// the runtime's poller watches. The timerfd turns readable at the
+// deadline itself, so the poller wakes on time though its own timeout
+// is in milliseconds. Waiting parks the goroutine, not a thread: a
+// thread blocked in read(2) instead (tried first) kept the runtime's
+// monitor retaking its processor every 20 us.
 type Clock struct {
-	fd        int   // -1 once closed
+	f         *os.File
+	rc        syscall.RawConn
 	monoEpoch int64 // CLOCK_MONOTONIC at the device epoch, ns
 }
 
 func New(epoch time.Time) (*Clock, error) {
-	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC)
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
 	if err != nil {
+		return nil, os.NewSyscallError("timerfd_create", err)
+	}
+	f := os.NewFile(uintptr(fd), "timerfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
 		return nil, err
 	}
 	// Deadlines are time.Since(epoch); align the two clocks. Reading Go's
@@ -31,40 +43,30 @@ func New(epoch time.Time) (*Clock, error) {
 	since := time.Since(epoch)
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		unix.Close(fd)
-		return nil, err
+		f.Close()
+		return nil, os.NewSyscallError("clock_gettime", err)
 	}
-	return &Clock{fd: fd, monoEpoch: ts.Nano() - int64(since)}, nil
+	return &Clock{f: f, rc: rc, monoEpoch: ts.Nano() - int64(since)}, nil
 }
 
 // Arm sets the deadline, in nanoseconds since the epoch New was given.
-// Arm and Close must not run concurrently (their callers share a lock): a
-// closed descriptor's number may already belong to another file.
+// It may run concurrently with Wait and Close; after Close it does
+// nothing.
 func (c *Clock) Arm(at int64) {
-	if c.fd < 0 {
-		return
-	}
-	abs := c.monoEpoch + max(at, 1)
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(abs)}
-	_ = unix.TimerfdSettime(c.fd, unix.TFD_TIMER_ABSTIME, &spec, nil)
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(c.monoEpoch + max(at, 1))}
+	_ = c.rc.Control(func(fd uintptr) {
+		_ = unix.TimerfdSettime(int(fd), unix.TFD_TIMER_ABSTIME, &spec, nil)
+	})
 }
 
-// Wait blocks until the deadline passes: a blocking read, which parks the
-// thread, not the scheduler.
+// Wait blocks until the deadline passes or the clock is closed.
 func (c *Clock) Wait() {
 	var buf [8]byte
-	for {
-		_, err := unix.Read(c.fd, buf[:])
-		if err != unix.EINTR {
-			return
-		}
-	}
+	_ = c.rc.Read(func(fd uintptr) bool {
+		_, err := unix.Read(int(fd), buf[:])
+		return err != unix.EAGAIN
+	})
 }
 
-// Close releases the clock.
-func (c *Clock) Close() {
-	if c.fd >= 0 {
-		unix.Close(c.fd)
-		c.fd = -1
-	}
-}
+// Close releases the clock and wakes a Wait in progress.
+func (c *Clock) Close() { c.f.Close() }

@@ -14,10 +14,11 @@ type Clock struct {
 	mu    sync.Mutex
 	t     *time.Timer
 	wake  chan struct{}
+	done  chan struct{}
 }
 
 func New(epoch time.Time) (*Clock, error) {
-	c := &Clock{epoch: epoch, wake: make(chan struct{}, 1)}
+	c := &Clock{epoch: epoch, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	c.t = time.AfterFunc(time.Hour, c.fire)
 	return c, nil
 }
@@ -36,8 +37,16 @@ func (c *Clock) Arm(at int64) {
 	c.mu.Unlock()
 }
 
-// Wait blocks until the deadline passes.
-func (c *Clock) Wait() { <-c.wake }
+// Wait blocks until the deadline passes or the clock is closed.
+func (c *Clock) Wait() {
+	select {
+	case <-c.wake:
+	case <-c.done:
+	}
+}
 
-// Close releases the clock.
-func (c *Clock) Close() { c.t.Stop() }
+// Close releases the clock and wakes a Wait in progress.
+func (c *Clock) Close() {
+	c.t.Stop()
+	close(c.done)
+}

@@ -46,3 +46,26 @@ func TestArmingEarlierMovesAWaitInProgress(t *testing.T) {
 		t.Fatal("the earlier deadline did not wake the waiter")
 	}
 }
+
+// TestCloseWakesAWait: a waiter on a deadline an hour away returns when
+// the clock is closed.
+func TestCloseWakesAWait(t *testing.T) {
+	epoch := time.Now()
+	c, err := clock.New(epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Arm(int64(time.Since(epoch) + time.Hour))
+	woke := make(chan struct{})
+	go func() {
+		c.Wait()
+		close(woke)
+	}()
+	c.Close()
+	c.Arm(1) // after Close: does nothing, and must not touch a reused descriptor
+	select {
+	case <-woke:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not wake the waiter")
+	}
+}
