@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"vroce.dev/vroce"
@@ -15,19 +16,52 @@ import (
 
 const waitLimit = 60 * time.Second
 
-// poller waits for completions and fails on the first bad one.
+// poller waits for completions and fails on the first bad one, or once
+// none has come for waitLimit. One watchdog serves the whole run: a
+// context per wait would add a runtime timer to every message timed.
 type poller struct {
-	cq *vroce.CQ
-	wc []vroce.WorkCompletion
+	cq       *vroce.CQ
+	wc       []vroce.WorkCompletion
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	watchdog *time.Timer
+	progress atomic.Uint64
+	seen     uint64 // progress at the watchdog's last look (its own)
+}
+
+var errStalled = fmt.Errorf("no completion for %v", waitLimit)
+
+func newPoller(cq *vroce.CQ, n int) *poller {
+	p := &poller{cq: cq, wc: make([]vroce.WorkCompletion, n)}
+	p.ctx, p.cancel = context.WithCancelCause(context.Background())
+	p.watchdog = time.AfterFunc(waitLimit, p.checkStall)
+	return p
+}
+
+func (p *poller) checkStall() {
+	if now := p.progress.Load(); now != p.seen {
+		p.seen = now
+		p.watchdog.Reset(waitLimit)
+		return
+	}
+	p.cancel(errStalled)
+}
+
+// close stops the watchdog.
+func (p *poller) close() {
+	p.watchdog.Stop()
+	p.cancel(context.Canceled)
 }
 
 func (p *poller) next(what string) ([]vroce.WorkCompletion, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	n, err := p.cq.PollWait(ctx, p.wc)
+	n, err := p.cq.PollWait(p.ctx, p.wc)
 	if err != nil {
+		if cause := context.Cause(p.ctx); cause != nil {
+			err = cause
+		}
 		return nil, fmt.Errorf("%s: waiting for completions: %w", what, err)
 	}
+	p.progress.Add(1)
 	for _, wc := range p.wc[:n] {
 		if wc.Status != vroce.WCSuccess {
 			return nil, fmt.Errorf("%s: work request %d (%v) failed: %v", what, wc.ID, wc.Opcode, wc.Status)
@@ -93,7 +127,8 @@ func (s *side) clientBW(peer info) (*result, error) {
 	perQP := func(q int) int { return (cfg.Iters - q + nq - 1) / nq }
 	totalDone := 0
 	var marks []mark
-	p := &poller{cq: s.cq, wc: make([]vroce.WorkCompletion, 256)}
+	p := newPoller(s.cq, 256)
+	defer p.close()
 	prog := &progress{side: s, test: cfg.Test, start: time.Now(), last: time.Now(), total: cfg.Iters, quiet: cfg.quietProg}
 	wrs := make([]vroce.SendWR, 0, 32)
 	start := time.Now()
@@ -201,7 +236,8 @@ func (s *side) serverBW() error {
 	}
 	nq := len(s.qps)
 	got := make([]int, nq)
-	p := &poller{cq: s.cq, wc: make([]vroce.WorkCompletion, 256)}
+	p := newPoller(s.cq, 256)
+	defer p.close()
 	credit := make([]byte, creditSize)
 	for total := 0; total < cfg.Iters; {
 		wcs, err := p.next(cfg.Test + " server")

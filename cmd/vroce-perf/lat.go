@@ -66,7 +66,8 @@ func (s *side) awaitRecv(p *poller, i int) error {
 func (s *side) clientLat(peer info) (*result, error) {
 	cfg := s.cfg
 	qp := s.qps[0]
-	p := &poller{cq: s.cq, wc: make([]vroce.WorkCompletion, 16)}
+	p := newPoller(s.cq, 16)
+	defer p.close()
 	samples := make([]time.Duration, 0, cfg.Iters)
 	prog := &progress{side: s, test: cfg.Test, start: time.Now(), last: time.Now(), total: cfg.Iters, quiet: cfg.quietProg}
 	ping := cfg.Test == "send_lat" || cfg.Test == "write_lat"
@@ -137,7 +138,8 @@ func (s *side) serverLat(peer info) error {
 		return nil
 	}
 	qp := s.qps[0]
-	p := &poller{cq: s.cq, wc: make([]vroce.WorkCompletion, 16)}
+	p := newPoller(s.cq, 16)
+	defer p.close()
 	for i := 0; i < cfg.Iters; i++ {
 		if err := s.awaitRecv(p, 2*i); err != nil {
 			return err

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -60,6 +61,7 @@ type config struct {
 	DevAddr     string        `json:"-"`
 	Server      string        `json:"-"`
 	CPUProf     string        `json:"-"`
+	Trace       string        `json:"-"`
 	quietProg   bool
 }
 
@@ -117,9 +119,23 @@ func main() {
 		}
 		defer f.Close()
 	}
+	if cfg.Trace != "" {
+		f, err := os.Create(cfg.Trace)
+		if err == nil {
+			err = trace.Start(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "vroce-perf:", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+	}
 	results, err := run(cfg)
 	if cfg.CPUProf != "" {
 		pprof.StopCPUProfile()
+	}
+	if cfg.Trace != "" {
+		trace.Stop()
 	}
 	for _, r := range results {
 		r.print(os.Stdout, cfg.JSON)
@@ -156,6 +172,7 @@ func defineFlags(c *config) {
 	fs.DurationVar(&c.Delay, "delay", 0, "sim provider: one-way delay, e.g. 50us")
 	fs.BoolVar(&c.GoBackN, "go-back-n", false, "do not negotiate selective repeat (behave as rdma_rxe)")
 	fs.StringVar(&c.CPUProf, "cpuprofile", "", "write a CPU profile of the run to this file")
+	fs.StringVar(&c.Trace, "trace", "", "write a Go execution trace of the run to this file (go tool trace)")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
 }
 
