@@ -24,6 +24,12 @@ type Clock struct {
 	f         *os.File
 	rc        syscall.RawConn
 	monoEpoch int64 // CLOCK_MONOTONIC at the device epoch, ns
+	// The functions handed to rc, made once: a closure made per call
+	// would be an allocation per packet sent.
+	spec   unix.ItimerSpec
+	set    func(fd uintptr)
+	buf    [8]byte
+	expire func(fd uintptr) bool
 }
 
 func New(epoch time.Time) (*Clock, error) {
@@ -46,27 +52,26 @@ func New(epoch time.Time) (*Clock, error) {
 		f.Close()
 		return nil, os.NewSyscallError("clock_gettime", err)
 	}
-	return &Clock{f: f, rc: rc, monoEpoch: ts.Nano() - int64(since)}, nil
+	c := &Clock{f: f, rc: rc, monoEpoch: ts.Nano() - int64(since)}
+	c.set = func(fd uintptr) { _ = unix.TimerfdSettime(int(fd), unix.TFD_TIMER_ABSTIME, &c.spec, nil) }
+	c.expire = func(fd uintptr) bool {
+		_, err := unix.Read(int(fd), c.buf[:])
+		return err != unix.EAGAIN
+	}
+	return c, nil
 }
 
 // Arm sets the deadline, in nanoseconds since the epoch New was given.
-// It may run concurrently with Wait and Close; after Close it does
-// nothing.
+// It may run concurrently with Wait and Close, not with itself (callers
+// share a lock); after Close it does nothing.
 func (c *Clock) Arm(at int64) {
-	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(c.monoEpoch + max(at, 1))}
-	_ = c.rc.Control(func(fd uintptr) {
-		_ = unix.TimerfdSettime(int(fd), unix.TFD_TIMER_ABSTIME, &spec, nil)
-	})
+	c.spec.Value = unix.NsecToTimespec(c.monoEpoch + max(at, 1))
+	_ = c.rc.Control(c.set)
 }
 
-// Wait blocks until the deadline passes or the clock is closed.
-func (c *Clock) Wait() {
-	var buf [8]byte
-	_ = c.rc.Read(func(fd uintptr) bool {
-		_, err := unix.Read(int(fd), buf[:])
-		return err != unix.EAGAIN
-	})
-}
+// Wait blocks until the deadline passes or the clock is closed. One
+// goroutine waits.
+func (c *Clock) Wait() { _ = c.rc.Read(c.expire) }
 
 // Close releases the clock and wakes a Wait in progress.
 func (c *Clock) Close() { c.f.Close() }
