@@ -329,8 +329,10 @@ func (d *Device) flush(b *txBatch) {
 		return
 	}
 	if d.pcap != nil {
+		var whole []byte
 		for i := range b.pkts {
-			d.pcap.record(b.flows[i], b.pkts[i].Data)
+			whole = b.pkts[i].AppendTo(whole[:0])
+			d.pcap.record(b.flows[i], whole)
 		}
 	}
 	d.stats.txPackets.Add(uint64(len(b.pkts)))
@@ -357,6 +359,7 @@ func newTxBatch(n int) *txBatch {
 func (b *txBatch) full() bool { return len(b.pkts) == cap(b.pkts) }
 
 func (b *txBatch) reset() {
+	clear(b.pkts) // let go of lent memory
 	b.pkts = b.pkts[:0]
 	b.flows = b.flows[:0]
 }
@@ -377,6 +380,19 @@ func (b *txBatch) add(flow wire.Flow, n int) {
 	flow.Seal(data)
 	b.pkts = append(b.pkts, Packet{Data: data, Addr: flow.Dst})
 	b.flows = append(b.flows, flow)
+}
+
+// addLent queues a packet of qp's built in buf() with hl bytes of headers,
+// whose payload body is lent from registered memory: the provider sends
+// it from there, the pad and ICRC following in the rest of the buffer.
+func (b *txBatch) addLent(qp *QP, hl int, body []byte) {
+	buf := b.bufs[len(b.pkts)]
+	tail := buf[hl : hl+wire.PadCount(len(body))+wire.ICRCLen]
+	clear(tail)
+	head := buf[:hl:hl]
+	qp.flow.SealSplit(head, body, tail)
+	b.pkts = append(b.pkts, Packet{Data: head, Body: body, Tail: tail, Addr: qp.flow.Dst, Coalesce: qp.attr.SelectiveRepeat})
+	b.flows = append(b.flows, qp.flow)
 }
 
 // addFor is add for a packet of qp's: one a vRoCE peer receives (the QP

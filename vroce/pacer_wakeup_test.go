@@ -58,7 +58,7 @@ func (p *pipeProvider) Send(pkts []Packet) error {
 	d := p.peer
 	d.mu.Lock()
 	for _, pk := range pkts {
-		d.q = append(d.q, Packet{Data: append([]byte(nil), pk.Data...), Addr: p.addr})
+		d.q = append(d.q, Packet{Data: pk.AppendTo(nil), Addr: p.addr})
 	}
 	d.mu.Unlock()
 	select {

@@ -19,12 +19,27 @@ type Packet struct {
 	Data []byte
 	// Addr is the destination on Send and the source on Recv.
 	Addr netip.AddrPort
+	// Body and Tail, on Send, continue Data: the packet is Data, then
+	// Body, then Tail. A large payload travels in Body straight from the
+	// application's registered memory, so that the kernel's copy is its
+	// only one; Tail then holds the pad and ICRC. A provider reads both
+	// during Send and keeps neither. Recv leaves them empty.
+	Body, Tail []byte
 	// Coalesce, on Send, says the receiver is vRoCE: a provider may send
 	// the packet together with its neighbours of the same size to the same
 	// address as one segmented datagram (UDP GSO). The kernel then numbers
 	// the IPv4 IDs of the segments, which a vRoCE receiver ignores (it
 	// rebuilds the header the ICRC covers) and rdma_rxe would not.
 	Coalesce bool
+}
+
+// Len is the length of the whole packet: Data, Body and Tail.
+func (p *Packet) Len() int { return len(p.Data) + len(p.Body) + len(p.Tail) }
+
+// AppendTo appends the whole packet to b: for a provider that copies
+// packets rather than gathering them.
+func (p *Packet) AppendTo(b []byte) []byte {
+	return append(append(append(b, p.Data...), p.Body...), p.Tail...)
 }
 
 // MaxPacketSize bounds a RoCEv2 packet at the largest path MTU: headers,

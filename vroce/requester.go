@@ -47,6 +47,39 @@ type sendWQE struct {
 	done     bool   // UD: the datagram has left
 }
 
+// lendMin is the smallest payload a packet carries straight from
+// registered memory: below it, copying costs less than the kernel's
+// handling of two more iovecs.
+const lendMin = 1024
+
+// lendable is lend for payloads of at least lendMin bytes.
+func (w *sendWQE) lendable(off, n int) ([]byte, bool) {
+	if n < lendMin {
+		return nil, false
+	}
+	return w.lend(off, n)
+}
+
+// lend returns the message bytes [off, off+n) as registered memory itself
+// when one SGE holds them all, for the packet to carry without a copy.
+func (w *sendWQE) lend(off, n int) ([]byte, bool) {
+	if w.flags&SendInline != 0 || w.first.mr == nil {
+		return nil, false
+	}
+	s := w.first
+	for i := 0; off >= s.n; i++ {
+		if i == len(w.more) {
+			return nil, false
+		}
+		off -= s.n
+		s = w.more[i]
+	}
+	if off+n > s.n {
+		return nil, false
+	}
+	return s.bytes()[off : off+n], true
+}
+
 // gather copies the message bytes [off, off+len(dst)) into dst.
 func (w *sendWQE) gather(dst []byte, off int) {
 	if w.flags&SendInline != 0 {
@@ -495,10 +528,14 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 		}
 	}
 	hl, _ := p.EncodeHeaders(buf, n)
-	if n > 0 {
-		w.gather(buf[hl:hl+n], k*mtu)
+	if body, ok := w.lendable(k*mtu, n); ok {
+		b.addLent(qp, hl, body)
+	} else {
+		if n > 0 {
+			w.gather(buf[hl:hl+n], k*mtu)
+		}
+		b.addFor(qp, wire.Finish(buf, hl+n))
 	}
-	b.addFor(qp, wire.Finish(buf, hl+n))
 	if p.BTH.AckReq {
 		r.sinceAckReq = 0
 	} else {

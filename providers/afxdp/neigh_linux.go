@@ -55,9 +55,9 @@ func newNeighbours(p *Provider) *neighbours {
 	return n
 }
 
-// lookup returns dst's next-hop MAC, or holds a copy of data for it and
+// lookup returns dst's next-hop MAC, or holds a copy of pk for it and
 // starts resolving.
-func (n *neighbours) lookup(to netip.AddrPort, data []byte, now time.Time) ([6]byte, bool) {
+func (n *neighbours) lookup(to netip.AddrPort, pk *vroce.Packet, now time.Time) ([6]byte, bool) {
 	dst := to.Addr()
 	if e, ok := n.macs[dst]; ok {
 		if _, busy := n.waiting[dst]; !busy && now.Sub(e.at) > neighTTL {
@@ -71,7 +71,7 @@ func (n *neighbours) lookup(to netip.AddrPort, data []byte, now time.Time) ([6]b
 		n.p.stats.unresolved.Add(1)
 		return [6]byte{}, false
 	}
-	n.waiting[dst] = append(held, vroce.Packet{Data: append([]byte(nil), data...), Addr: to})
+	n.waiting[dst] = append(held, vroce.Packet{Data: pk.AppendTo(nil), Addr: to})
 	n.signal()
 	return [6]byte{}, false
 }

@@ -265,13 +265,13 @@ func (p *Provider) sendLocked(pkts []vroce.Packet) error {
 	for i := range pkts {
 		pk := &pkts[i]
 		dst := netip.AddrPortFrom(pk.Addr.Addr().Unmap(), pk.Addr.Port())
-		if dst.Addr().Is4() != p.local.Addr().Is4() || len(pk.Data) > p.mtu {
+		if dst.Addr().Is4() != p.local.Addr().Is4() || pk.Len() > p.mtu {
 			if bad == nil {
-				bad = fmt.Errorf("afxdp: cannot send %d bytes to %v from %v (MTU %d)", len(pk.Data), pk.Addr, p.local, p.mtu)
+				bad = fmt.Errorf("afxdp: cannot send %d bytes to %v from %v (MTU %d)", pk.Len(), pk.Addr, p.local, p.mtu)
 			}
 			continue
 		}
-		mac, ok := p.neigh.lookup(dst, pk.Data, now)
+		mac, ok := p.neigh.lookup(dst, pk, now)
 		if !ok {
 			continue // held until resolved
 		}
@@ -283,7 +283,7 @@ func (p *Provider) sendLocked(pkts []vroce.Packet) error {
 		s.txFree = s.txFree[:len(s.txFree)-1]
 		l := path{srcMAC: p.mac, dstMAC: mac, src: p.local, dst: dst}
 		frame := s.umem[addr : addr+frameSize]
-		n := copy(frame[headerLen(dst.Addr().Is6()):], pk.Data) // whole: the MTU fits a frame
+		n := len(pk.AppendTo(frame[headerLen(dst.Addr().Is6()):][:0])) // whole: the MTU fits a frame
 		d := s.tx.xdpDesc(s.tx.local)
 		d.Addr, d.Len, d.Options = addr, uint32(writeHeaders(frame, &l, n)), 0
 		s.tx.local++

@@ -262,7 +262,7 @@ func (n *Network) send(src *Endpoint, pkt vroce.Packet) error {
 	case n.cut[[2]netip.Addr{src.addr.Addr(), dst.addr.Addr()}]:
 		n.stats.Partitioned++
 		return nil
-	case len(pkt.Data) > c.MTU:
+	case pkt.Len() > c.MTU:
 		n.stats.Oversize++
 		return nil
 	case n.dropNext[src.addr] > 0:
@@ -280,8 +280,8 @@ func (n *Network) send(src *Endpoint, pkt vroce.Packet) error {
 	}
 	now := time.Now()
 	for i := 0; i < copies; i++ {
-		data := getBuf(len(pkt.Data))
-		copy(*data, pkt.Data)
+		data := getBuf(pkt.Len())
+		*data = pkt.AppendTo((*data)[:0])
 		if c.Corrupt > 0 && n.rng.Float64() < c.Corrupt {
 			bit := n.rng.IntN(len(*data) * 8)
 			(*data)[bit/8] ^= 1 << (bit % 8)

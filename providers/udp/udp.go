@@ -130,7 +130,7 @@ type Provider struct {
 	smsgs   []ipv4.Message
 	saddrs  []net.UDPAddr
 	gso     bool       // coalesce packets marked Coalesce, until the kernel refuses
-	iovs    [][][]byte // per message: room for one buffer per segment
+	iovs    [][][]byte // per message: room for the three pieces of every segment
 	gsoOOB  [][]byte   // per message: its UDP_SEGMENT control message
 	first   []int      // per message: the index of its first packet
 	gsoSent int        // coalesced datagrams sent (for tests)
@@ -206,7 +206,7 @@ func Listen(addr string) (*Provider, error) {
 		}
 	}
 	for i := range p.smsgs {
-		p.iovs[i] = make([][]byte, maxGSOSegments)
+		p.iovs[i] = make([][]byte, 0, 3*maxGSOSegments) // Data, Body, Tail
 		p.smsgs[i].Buffers = p.iovs[i][:1]
 		p.saddrs[i].IP = make(net.IP, 16)
 		p.gsoOOB[i] = make([]byte, 64)
@@ -320,13 +320,14 @@ func (p *Provider) run(pkts []vroce.Packet, i int) int {
 	if !p.gso || !pkts[i].Coalesce {
 		return i + 1
 	}
-	size, total := len(pkts[i].Data), len(pkts[i].Data)
+	size, total := pkts[i].Len(), pkts[i].Len()
 	j := i + 1
 	for j < len(pkts) && j-i < maxGSOSegments && pkts[j].Coalesce && pkts[j].Addr == pkts[i].Addr &&
-		len(pkts[j].Data) <= size && total+len(pkts[j].Data) <= maxGSOBytes {
-		total += len(pkts[j].Data)
+		pkts[j].Len() <= size && total+pkts[j].Len() <= maxGSOBytes {
+		n := pkts[j].Len()
+		total += n
 		j++
-		if len(pkts[j-1].Data) < size {
+		if n < size {
 			break // only the last segment may be short
 		}
 	}
@@ -349,17 +350,24 @@ func (p *Provider) message(m int, pkts []vroce.Packet) {
 	a.Port = int(pkts[0].Addr.Port())
 	msg := &p.smsgs[m]
 	msg.Addr = a
-	if len(pkts) == 1 {
-		msg.Buffers[0] = pkts[0].Data
-		return
+	// The kernel gathers the segments, and the pieces of each, from an
+	// iovec each: no copy here.
+	iov := p.iovs[m][:0]
+	for i := range pkts {
+		pk := &pkts[i]
+		iov = append(iov, pk.Data)
+		if len(pk.Body) > 0 {
+			iov = append(iov, pk.Body)
+		}
+		if len(pk.Tail) > 0 {
+			iov = append(iov, pk.Tail)
+		}
 	}
-	// The kernel gathers the segments from an iovec each: no copy here.
-	msg.Buffers = p.iovs[m][:len(pkts)]
-	for i, pk := range pkts {
-		msg.Buffers[i] = pk.Data
+	msg.Buffers = iov
+	if len(pkts) > 1 {
+		msg.OOB = gsoControl(p.gsoOOB[m], pkts[0].Len())
+		p.gsoSent++
 	}
-	msg.OOB = gsoControl(p.gsoOOB[m], len(pkts[0].Data))
-	p.gsoSent++
 }
 
 // LocalAddr implements vroce.Provider.

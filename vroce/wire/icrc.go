@@ -26,9 +26,19 @@ const (
 // ICRC computes the ICRC of pkt (BTH to ICRC inclusive, the last four bytes
 // not read) as it travelled in the given IP and UDP headers.
 func ICRC(ipHdr, udpHdr, pkt []byte) (uint32, bool) {
-	if len(pkt) < BTHLen+ICRCLen || len(udpHdr) < udpHdrLen || len(ipHdr) == 0 || len(ipHdr) > maxIPHdrLen {
+	if len(pkt) < BTHLen+ICRCLen {
 		return 0, false
 	}
+	return icrc(ipHdr, udpHdr, pkt[:len(pkt)-ICRCLen], nil, nil)
+}
+
+// icrc computes the ICRC of the packet whose bytes before the ICRC are
+// head, then body, then tail; head holds at least the BTH.
+func icrc(ipHdr, udpHdr, head, body, tail []byte) (uint32, bool) {
+	if len(head) < BTHLen || len(udpHdr) < udpHdrLen || len(ipHdr) == 0 || len(ipHdr) > maxIPHdrLen {
+		return 0, false
+	}
+	pkt := head
 	var buf [pseudoLRHLen + maxIPHdrLen + udpHdrLen + BTHLen]byte
 	n := copy(buf[:], allOnes[:pseudoLRHLen])
 	ip := buf[n : n+len(ipHdr)]
@@ -57,7 +67,9 @@ func ICRC(ipHdr, udpHdr, pkt []byte) (uint32, bool) {
 	n += copy(buf[n:], pkt[:BTHLen])
 	buf[n-BTHLen+4] = 0xff // BTH resv8a
 	crc := updatePrefix(0, &buf, n)
-	return crc32.Update(crc, crc32.IEEETable, pkt[BTHLen:len(pkt)-ICRCLen]), true
+	crc = crc32.Update(crc, crc32.IEEETable, head[BTHLen:])
+	crc = crc32.Update(crc, crc32.IEEETable, body)
+	return crc32.Update(crc, crc32.IEEETable, tail), true
 }
 
 // updatePrefix runs the CRC over the masked headers here, eight bytes a
@@ -163,6 +175,27 @@ func (f Flow) Seal(pkt []byte) bool {
 	crc, ok := f.ICRC(pkt)
 	if ok {
 		binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], crc)
+	}
+	return ok
+}
+
+// SealSplit seals a packet sent in three pieces, head then body then
+// tail, where head holds at least the BTH and tail ends in the ICRC
+// (a payload lent from registered memory travels as body, uncopied).
+// It writes the ICRC into tail's last four bytes and reports false when
+// f mixes address families or the pieces are too short.
+func (f Flow) SealSplit(head, body, tail []byte) bool {
+	if len(tail) < ICRCLen {
+		return false
+	}
+	var b [MaxHeaderSpace]byte
+	ip, udp, ok := f.Headers(&b, len(head)+len(body)+len(tail))
+	if !ok {
+		return false
+	}
+	crc, ok := icrc(ip, udp, head, body, tail[:len(tail)-ICRCLen])
+	if ok {
+		binary.LittleEndian.PutUint32(tail[len(tail)-ICRCLen:], crc)
 	}
 	return ok
 }

@@ -3,6 +3,7 @@ package wire_test
 import (
 	"hash/crc32"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 
 	"vroce.dev/vroce/wire"
@@ -59,5 +60,41 @@ func TestICRCMatchesReference(t *testing.T) {
 		if want := icrcReference(ip, udp, pkt); got != want {
 			t.Fatalf("IP header %d bytes, packet %d: %08x, want %08x", len(ip), len(pkt), got, want)
 		}
+	}
+}
+
+// A packet sealed in pieces (head, a lent body, tail) carries the ICRC
+// the same packet gets sealed whole, wherever the pieces split it.
+func TestSealSplitMatchesSeal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	flows := []wire.Flow{
+		{Src: netip.MustParseAddrPort("10.0.0.1:4791"), Dst: netip.MustParseAddrPort("10.0.0.2:50000")},
+		{Src: netip.MustParseAddrPort("[fd00::1]:4791"), Dst: netip.MustParseAddrPort("[fd00::2]:4791")},
+	}
+	for i := 0; i < 500; i++ {
+		f := flows[i%2]
+		whole := make([]byte, wire.BTHLen+rng.IntN(4200)+wire.ICRCLen)
+		for k := range whole {
+			whole[k] = byte(rng.Uint32())
+		}
+		if !f.Seal(whole) {
+			t.Fatal("Seal refused the packet")
+		}
+		end := len(whole) - wire.ICRCLen
+		h := wire.BTHLen + rng.IntN(end-wire.BTHLen+1)
+		t2 := h + rng.IntN(end-h+1)
+		head := append([]byte(nil), whole[:h]...)
+		body := append([]byte(nil), whole[h:t2]...)
+		tail := append([]byte(nil), whole[t2:end]...)
+		tail = append(tail, 0, 0, 0, 0)
+		if !f.SealSplit(head, body, tail) {
+			t.Fatal("SealSplit refused the packet")
+		}
+		if got, want := tail[len(tail)-wire.ICRCLen:], whole[end:]; string(got) != string(want) {
+			t.Fatalf("%d-byte packet split at %d and %d: ICRC %x, want %x", len(whole), h, t2, got, want)
+		}
+	}
+	if flows[0].SealSplit(make([]byte, wire.BTHLen), nil, make([]byte, 3)) {
+		t.Fatal("SealSplit accepted a tail too short for the ICRC")
 	}
 }
