@@ -67,9 +67,9 @@ func icrc(ipHdr, udpHdr, head, body, tail []byte) (uint32, bool) {
 	n += copy(buf[n:], pkt[:BTHLen])
 	buf[n-BTHLen+4] = 0xff // BTH resv8a
 	crc := updatePrefix(0, &buf, n)
-	crc = crc32.Update(crc, crc32.IEEETable, head[BTHLen:])
-	crc = crc32.Update(crc, crc32.IEEETable, body)
-	return crc32.Update(crc, crc32.IEEETable, tail), true
+	crc = updateIEEE(crc, head[BTHLen:])
+	crc = updateIEEE(crc, body)
+	return updateIEEE(crc, tail), true
 }
 
 // updatePrefix runs the CRC over the masked headers here, eight bytes a
@@ -77,8 +77,13 @@ func icrc(ipHdr, udpHdr, head, body, tail []byte) (uint32, bool) {
 // to the heap on every packet, and a byte a step cost as much as the CRC of
 // a 4 KiB payload.
 func updatePrefix(crc uint32, b *[pseudoLRHLen + maxIPHdrLen + udpHdrLen + BTHLen]byte, n int) uint32 {
+	return updateSlicing8(crc, b[:n])
+}
+
+// updateSlicing8 is crc32.Update(crc, crc32.IEEETable, p) for short p
+// that must stay on the caller's stack.
+func updateSlicing8(crc uint32, p []byte) uint32 {
 	crc = ^crc
-	p := b[:n]
 	t := &slicing8
 	for len(p) >= 8 {
 		crc ^= binary.LittleEndian.Uint32(p)

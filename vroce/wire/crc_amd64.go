@@ -1,0 +1,20 @@
+//go:build !purego
+
+package wire
+
+import "golang.org/x/sys/cpu"
+
+// haveFold256: AVX2 (which also says the OS saves the YMM registers) and
+// VPCLMULQDQ (CPUID leaf 7, ECX bit 10), which golang.org/x/sys/cpu
+// reports only together with AVX-512.
+var haveFold256 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpuidECX7()&(1<<10) != 0
+
+// cpuidECX7 returns ECX of CPUID leaf 7, subleaf 0.
+func cpuidECX7() uint32
+
+// fold256 folds p (a non-zero multiple of foldBlock bytes long), with
+// crc XORed into its first four bytes, into the 16 bytes v that have the
+// same CRC remainder. keys is foldKeys.
+//
+//go:noescape
+func fold256(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)

@@ -1,0 +1,7 @@
+//go:build !amd64 || purego
+
+package wire
+
+const haveFold256 = false
+
+func fold256(crc uint32, p []byte, keys *[4]uint64, v *[16]byte) { panic("unreachable") }
