@@ -29,3 +29,19 @@ func TestPageAndPlots(t *testing.T) {
 		t.Fatalf("plot: %s", s)
 	}
 }
+
+// Of several runs of one point, the run with the median vRoCE/TCP ratio
+// is kept whole: its two figures stay from one process.
+func TestMedianRunKeepsOneRunsPair(t *testing.T) {
+	run := func(vroce, tcp float64) []point {
+		return []point{{Test: "write_bw", Provider: "udp", BWAvg: vroce}, {Test: "write_bw", Provider: "tcp", BWAvg: tcp}}
+	}
+	got := medianRun([][]point{run(100, 100), run(300, 100), run(90, 300), nil})
+	if len(got) != 2 || got[0].BWAvg != 100 || got[1].BWAvg != 100 {
+		t.Fatalf("median of ratios 1, 3 and 0.3: got %+v, want the 1.0 run", got)
+	}
+	lat := []point{{Test: "send_lat", Provider: "udp", LatTypical: 30}, {Test: "send_lat", Provider: "tcp", LatTypical: 10}}
+	if got := medianRun([][]point{lat}); len(got) != 2 || got[0].LatTypical != 30 {
+		t.Fatalf("one run: got %+v", got)
+	}
+}
