@@ -117,6 +117,7 @@ func (cq *CQ) wakeLocked() {
 	if cq.nwait == 0 {
 		return
 	}
+	cq.dev.handedOff.Store(true)
 	select {
 	case cq.bell <- struct{}{}:
 	default:

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,8 +63,11 @@ type Device struct {
 	pcap     *pcapRecorder
 	batches  sync.Pool
 	stats    deviceCounters
-	done     chan struct{}
-	wg       sync.WaitGroup
+	// handedOff: a completion woke a waiting goroutine since the
+	// receive loop last looked (set by CQ.push).
+	handedOff atomic.Bool
+	done      chan struct{}
+	wg        sync.WaitGroup
 }
 
 // Open opens a device on the provider cfg names.
@@ -255,6 +259,14 @@ func (d *Device) rxLoop() {
 		for i := range pkts[:got] {
 			d.receive(&pkts[i], out)
 		}
+		if d.handedOff.Swap(false) && out.piggy {
+			// A completion woke a goroutine: let it run first. A reply
+			// it posts at once carries the ACK its request is owed
+			// (wire.PiggyACK); only what is still owed then goes out
+			// as ACK datagrams.
+			runtime.Gosched()
+		}
+		out.piggy = false
 		for i, qp := range out.acks {
 			qp.sendOwedAck(out)
 			out.acks[i] = nil
@@ -349,6 +361,7 @@ type txBatch struct {
 	flows []wire.Flow
 	bufs  [][]byte
 	acks  []*QP // receive batches only: QPs owing a coalesced ACK
+	piggy bool  // one of them could piggyback it on a reply
 }
 
 func newTxBatch(n int) *txBatch {
@@ -384,11 +397,12 @@ func (b *txBatch) add(flow wire.Flow, n int) {
 
 // addLent queues a packet of qp's built in buf() with hl bytes of headers,
 // whose payload body is lent from registered memory: the provider sends
-// it from there, the pad and ICRC following in the rest of the buffer.
-func (b *txBatch) addLent(qp *QP, hl int, body []byte) {
+// it from there, then the rest of the buffer: trailer bytes already
+// written after the headers, the pad and the ICRC.
+func (b *txBatch) addLent(qp *QP, hl int, body []byte, trailer int) {
 	buf := b.bufs[len(b.pkts)]
-	tail := buf[hl : hl+wire.PadCount(len(body))+wire.ICRCLen]
-	clear(tail)
+	tail := buf[hl : hl+trailer+wire.PadCount(len(body))+wire.ICRCLen]
+	clear(tail[trailer:])
 	head := buf[:hl:hl]
 	qp.flow.SealSplit(head, body, tail)
 	b.pkts = append(b.pkts, Packet{Data: head, Body: body, Tail: tail, Addr: qp.flow.Dst, Coalesce: qp.attr.SelectiveRepeat})

@@ -95,10 +95,13 @@ const (
 	QPAttrDestQPN
 	// QPAttrSelectiveRepeat is a vRoCE extension: both ends speak SACK.
 	QPAttrSelectiveRepeat
+	// QPAttrPiggybackACK is a vRoCE extension: both ends read ACKs that
+	// ride on requests.
+	QPAttrPiggybackACK
 	qpAttrEnd
 )
 
-var qpAttrNames = []string{"STATE", "ACCESS_FLAGS", "PKEY_INDEX", "PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN", "SELECTIVE_REPEAT"}
+var qpAttrNames = []string{"STATE", "ACCESS_FLAGS", "PKEY_INDEX", "PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN", "SELECTIVE_REPEAT", "PIGGYBACK_ACK"}
 
 func (m QPAttrMask) String() string {
 	var names []string
@@ -140,6 +143,13 @@ type QPAttr struct {
 	// keeps out-of-order requests and reports them in SACKs. Without it
 	// the QP behaves as rdma_rxe (go-back-N) and interoperates with it.
 	SelectiveRepeat bool
+	// PiggybackACK says the peer is a vRoCE device that negotiated ACKs
+	// riding on requests (wire.PiggyACK): an ACK this QP owes leaves with
+	// the next SEND or WRITE it sends, if that comes at once, instead of
+	// as a datagram of its own; a request-reply exchange then sends half
+	// the datagrams. Without it every ACK is an RC_ACKNOWLEDGE, as rxe
+	// expects.
+	PiggybackACK bool
 }
 
 // transition lists, for one state change and QP type, the attributes a
@@ -162,7 +172,7 @@ func init() {
 	// The tables of IBA 11.2.4.2 (ibv_modify_qp), RC and UD.
 	defineTransition(RC, QPSReset, QPSInit, QPAttrAccessFlags, port)
 	defineTransition(RC, QPSInit, QPSInit, st, QPAttrAccessFlags|port)
-	defineTransition(RC, QPSInit, QPSRTR, QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer, QPAttrAccessFlags|port|QPAttrSelectiveRepeat)
+	defineTransition(RC, QPSInit, QPSRTR, QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer, QPAttrAccessFlags|port|QPAttrSelectiveRepeat|QPAttrPiggybackACK)
 	defineTransition(RC, QPSRTR, QPSRTS, QPAttrSQPSN|rcSQ, rcRT)
 	defineTransition(RC, QPSRTS, QPSRTS, st, rcRT)
 	defineTransition(RC, QPSRTS, QPSSQD, st, 0)
@@ -453,6 +463,7 @@ func (qp *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 	set(QPAttrMinRNRTimer, func() { q.MinRNRTimer = a.MinRNRTimer })
 	set(QPAttrDestQPN, func() { q.DestQPN = a.DestQPN })
 	set(QPAttrSelectiveRepeat, func() { q.SelectiveRepeat = a.SelectiveRepeat })
+	set(QPAttrPiggybackACK, func() { q.PiggybackACK = a.PiggybackACK })
 	qp.mtu = int(qp.dev.attr.ActiveMTU)
 	if qp.typ == RC && q.PathMTU != 0 {
 		qp.mtu = int(q.PathMTU)
@@ -587,6 +598,11 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBat
 		qp.stats.WrongSource++
 		return
 	}
+	if p.BTH.PiggyACK && !qp.attr.PiggybackACK {
+		// Not negotiated: the trailer Parse took off may be payload.
+		qp.dev.stats.rxMalformed.Add(1)
+		return
+	}
 	if qp.dev.local.Addr().IsUnspecified() && !(wire.Flow{Src: src, Dst: qp.flow.Src}).Check(raw) {
 		qp.dev.stats.rxBadICRC.Add(1) // the device could not check it: see Device.receive
 		return
@@ -598,7 +614,21 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBat
 		}
 		return
 	}
+	if p.BTH.PiggyACK {
+		qp.onPiggyACK(p)
+	}
 	qp.resp.onRequest(qp, p, raw, out)
+}
+
+// onPiggyACK hands the requester the ACK that rode on a request, as if
+// it had come as an RC_ACKNOWLEDGE.
+func (qp *QP) onPiggyACK(p *wire.Packet) {
+	if qp.state == QPSRTR { // the requester has not started
+		return
+	}
+	qp.stats.PiggyACKsRecv++
+	ack := wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PKey: p.BTH.PKey, DestQP: p.BTH.DestQP, PSN: p.Piggy.PSN}, AETH: p.Piggy.AETH}
+	qp.req.onResponse(qp, &ack)
 }
 
 // kick sends what the send queue can send now, under qp.mu.

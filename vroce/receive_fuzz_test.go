@@ -50,8 +50,8 @@ func FuzzQPReceive(f *testing.F) {
 		}{
 			{QPAttr{State: QPSReset}, QPAttrState},
 			{QPAttr{State: QPSInit, AccessFlags: accessAll}, QPAttrState | QPAttrAccessFlags},
-			{QPAttr{State: QPSRTR, Dest: peer, PathMTU: MTU1024, DestQPN: peerQPN, RQPSN: rqPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1, SelectiveRepeat: true},
-				QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrSelectiveRepeat},
+			{QPAttr{State: QPSRTR, Dest: peer, PathMTU: MTU1024, DestQPN: peerQPN, RQPSN: rqPSN, MaxDestRdAtomic: 4, MinRNRTimer: 1, SelectiveRepeat: true, PiggybackACK: true},
+				QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrSelectiveRepeat | QPAttrPiggybackACK},
 			{QPAttr{State: QPSRTS, SQPSN: sqPSN, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
 				QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic},
 		}
@@ -87,6 +87,8 @@ func FuzzQPReceive(f *testing.F) {
 	seed(wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadResponseFirst, PSN: 0x80}, Payload: mtuPayload})
 	seed(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAtomicAcknowledge, PSN: 0x83}, AtomicAck: 9})
 	seed(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: 0x81}, AETH: wire.AETH{Syndrome: wire.RNRNAK(3)}})
+	seed(wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PiggyACK: true}, Piggy: wire.PiggyACK{PSN: 0x11, AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}}, Payload: []byte("reply")})
+	seed(wire.Packet{BTH: wire.BTH{Opcode: wire.RCWriteOnly, PiggyACK: true}, RETH: wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: 4}, Piggy: wire.PiggyACK{PSN: 0x7fffff}, Payload: []byte("abcd")})
 	flow := wire.Flow{Src: peer, Dst: d.local}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) < wire.BTHLen+wire.ICRCLen || len(in) > MaxPacketSize {
@@ -103,7 +105,7 @@ func FuzzQPReceive(f *testing.F) {
 		}
 		psn := psnAdd(base, int(int8(pkt[11])))
 		pkt[9], pkt[10], pkt[11] = byte(psn>>16)|pkt[9]&0x80, byte(psn>>8), byte(psn)
-		pkt[8] &= 0x80
+		pkt[8] &= 0x81 // AckReq and PiggyACK; the other reserved bits clear
 		flow.Seal(pkt)
 		out := d.getBatch()
 		d.receive(&Packet{Data: pkt, Addr: peer}, out)

@@ -527,14 +527,25 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 			p.Imm = w.imm
 		}
 	}
+	qp.resp.piggyback(qp, &p)
+	trailer := 0
+	if p.BTH.PiggyACK {
+		trailer = wire.PiggyACKLen
+	}
 	hl, _ := p.EncodeHeaders(buf, n)
 	if body, ok := w.lendable(k*mtu, n); ok {
-		b.addLent(qp, hl, body)
+		if trailer > 0 {
+			p.Piggy.Put(buf[hl:])
+		}
+		b.addLent(qp, hl, body, trailer)
 	} else {
 		if n > 0 {
 			w.gather(buf[hl:hl+n], k*mtu)
 		}
-		b.addFor(qp, wire.Finish(buf, hl+n))
+		if trailer > 0 {
+			p.Piggy.Put(buf[hl+n:])
+		}
+		b.addFor(qp, wire.Finish(buf, hl+n+trailer))
 	}
 	if p.BTH.AckReq {
 		r.sinceAckReq = 0

@@ -408,6 +408,7 @@ func (r *responder) abort(qp *QP, p *wire.Packet, out *txBatch, code uint8, recv
 // cumulative ACK.
 func (r *responder) owesAck(qp *QP, out *txBatch) {
 	r.ackPending = true
+	out.piggy = out.piggy || qp.attr.PiggybackACK
 	if !r.ackQueued {
 		r.ackQueued = true
 		out.acks = append(out.acks, qp)
@@ -430,6 +431,19 @@ func (qp *QP) sendOwedAck(out *txBatch) {
 			AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}}, &s)
 	}
 	qp.mu.Unlock()
+}
+
+// piggyback hands the coalesced ACK, if one is owed, to a request about
+// to leave for the peer, when the peer reads piggybacked ACKs. An ACK
+// with SACK blocks to report still goes on its own.
+func (r *responder) piggyback(qp *QP, p *wire.Packet) {
+	if !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || !p.BTH.Opcode.CanCarryPiggyACK() {
+		return
+	}
+	r.ackPending = false
+	p.BTH.PiggyACK = true
+	p.Piggy = wire.PiggyACK{PSN: psnAdd(r.ePSN, -1), AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn}}
+	qp.stats.PiggyACKsSent++
 }
 
 func (r *responder) sendAck(qp *QP, out *txBatch, syn wire.Syndrome, psn uint32) {

@@ -70,6 +70,8 @@ func (s *QPStats) add(q QPStats) {
 	s.RemoteAbortErr += q.RemoteAbortErr
 	s.SACKsSent += q.SACKsSent
 	s.SACKsRecv += q.SACKsRecv
+	s.PiggyACKsSent += q.PiggyACKsSent
+	s.PiggyACKsRecv += q.PiggyACKsRecv
 	s.HeldOutOfOrder += q.HeldOutOfOrder
 	s.FastRetransmits += q.FastRetransmits
 	s.TailProbes += q.TailProbes
@@ -97,6 +99,8 @@ type QPStats struct {
 	RemoteAbortErr   uint64 // NAKs other than sequence and RNR received
 	SACKsSent        uint64 // ACKs carrying selective acknowledgement blocks
 	SACKsRecv        uint64
+	PiggyACKsSent    uint64 // ACKs that rode on a request instead of a datagram of their own
+	PiggyACKsRecv    uint64
 	HeldOutOfOrder   uint64 // requests kept out of order for selective repeat
 	FastRetransmits  uint64 // loss episodes found from SACKs, before any timeout
 	TailProbes       uint64 // tail-loss probes sent

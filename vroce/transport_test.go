@@ -258,10 +258,11 @@ func TestTransfersSurviveNetworkFaults(t *testing.T) {
 				o := defaultOpts()
 				o.Sim = c.cfg
 				o.Sim.Seed = 42
-				o.SelectiveRepeat = mode.sr
+				o.SelectiveRepeat, o.PiggybackACK = mode.sr, mode.sr
 				o.BufSize = 2 << 20
 				a, b, network := simPair(t, o)
 				transfer(t, a, b, 512<<10, 16<<10)
+				verbstest.PingPong(t, a, b, 200, 100)
 				s := network.Stats()
 				if c.cfg.Corrupt > 0 && s.Corrupted == 0 || c.cfg.Loss > 0 && s.Lost == 0 || c.cfg.Duplicate > 0 && s.Duplicated == 0 {
 					t.Fatalf("the network did not inject the fault: %+v", s)
@@ -274,6 +275,11 @@ func TestTransfersSurviveNetworkFaults(t *testing.T) {
 				}
 				if !mode.sr && c.cfg.Loss > 0 && (b.QP.Stats().SACKsSent != 0 || b.QP.Stats().SeqNAKsSent == 0) {
 					t.Fatalf("go-back-N mode sent SACKs or no NAKs: %+v", b.QP.Stats())
+				}
+				// The echoes carry ACKs for the requests they answer,
+				// where negotiated; as rxe, never.
+				if piggy := b.QP.Stats().PiggyACKsSent; mode.sr != (piggy > 0) || !mode.sr && a.QP.Stats().PiggyACKsSent != 0 {
+					t.Fatalf("piggybacked ACKs: %d sent by the echoing side (negotiated: %v)", piggy, mode.sr)
 				}
 			})
 		}
@@ -291,7 +297,7 @@ func TestOneLostPacketIsRecovered(t *testing.T) {
 	for _, sr := range []bool{true, false} {
 		t.Run(fmt.Sprintf("selective repeat %v", sr), func(t *testing.T) {
 			o := defaultOpts()
-			o.SelectiveRepeat = sr
+			o.SelectiveRepeat, o.PiggybackACK = sr, sr
 			a, b, network := simPair(t, o)
 			transfer(t, a, b, 64<<10, 4<<10) // an RTT estimate
 			before := a.QP.Stats()

@@ -58,3 +58,57 @@ func Exercise(t testing.TB, a, b *Node, size int) {
 		t.Fatalf("SEND delivered %q", got)
 	}
 }
+
+// PingPong has a SEND size bytes to b and b echo them back, rounds times,
+// every echo checked: requests both ways, so ACKs can ride on the
+// replies. It uses the last 2*size bytes of both buffers.
+func PingPong(t testing.TB, a, b *Node, rounds, size int) {
+	t.Helper()
+	out, back := len(a.Buf)-2*size, len(a.Buf)-size
+	recv := func(n *Node, i, off int) {
+		if err := n.QP.PostRecv(vroce.RecvWR{ID: uint64(i), SGL: []vroce.SGE{n.MR.SGE(off, size)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(n *Node, i int) {
+		if err := n.QP.PostSend(vroce.SendWR{ID: uint64(i), Opcode: vroce.WRSend, Flags: vroce.SendSignaled, SGL: []vroce.SGE{n.MR.SGE(out, size)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// awaitRecv takes completions until receive i; the node's send
+	// completions come before or after it.
+	sends := map[*Node]int{}
+	awaitRecv := func(n *Node, i int) {
+		for {
+			wc := WaitCompletions(t, n.CQ, 1, 30*time.Second)
+			MustSucceed(t, wc)
+			if wc[0].Opcode != vroce.WCRecv {
+				sends[n]--
+				continue
+			}
+			if wc[0].ID != uint64(i) || int(wc[0].ByteLen) != size {
+				t.Fatalf("round %d: receive %+v", i, wc[0])
+			}
+			return
+		}
+	}
+	for i := 0; i < rounds; i++ {
+		recv(b, i, out)
+		recv(a, i, back)
+		Fill(a.Buf[out:out+size], byte(i+1))
+		send(a, i)
+		sends[a]++
+		awaitRecv(b, i)
+		send(b, i) // the echo, from where the request landed
+		sends[b]++
+		awaitRecv(a, i)
+		if !bytes.Equal(a.Buf[back:back+size], a.Buf[out:out+size]) {
+			t.Fatalf("round %d: the echo differs", i)
+		}
+	}
+	for _, n := range []*Node{a, b} {
+		if k := sends[n]; k > 0 {
+			MustSucceed(t, WaitCompletions(t, n.CQ, k, 30*time.Second))
+		}
+	}
+}

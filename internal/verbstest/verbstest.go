@@ -39,12 +39,14 @@ type Opts struct {
 	// SelectiveRepeat negotiates SACK between the two ends; off, the QPs
 	// behave as rdma_rxe (go-back-N).
 	SelectiveRepeat bool
+	// PiggybackACK lets ACKs ride on requests both ways.
+	PiggybackACK bool
 }
 
 // DefaultOpts: 1 KiB MTU, 1 MiB buffers, a 67 ms ACK timeout (as
 // ibv_rc_pingpong), 7 retries, infinite RNR retries, all access.
 func DefaultOpts() Opts {
-	return Opts{MTU: vroce.MTU1024, BufSize: 1 << 20, Timeout: 14, Retry: 7, RNRRetry: 7, MinRNR: 1, SelectiveRepeat: true,
+	return Opts{MTU: vroce.MTU1024, BufSize: 1 << 20, Timeout: 14, Retry: 7, RNRRetry: 7, MinRNR: 1, SelectiveRepeat: true, PiggybackACK: true,
 		Access: vroce.AccessLocalWrite | vroce.AccessRemoteWrite | vroce.AccessRemoteRead | vroce.AccessRemoteAtomic}
 }
 
@@ -110,7 +112,7 @@ func Pair(t testing.TB, da, db *vroce.Device, o Opts) (a, b *Node) {
 func Connect(t testing.TB, qp, peer *vroce.QP, peerDev *vroce.Device, o Opts) {
 	t.Helper()
 	err := cm.Connect(qp, InitialPSN(qp.QPN()),
-		cm.Peer{QPN: peer.QPN(), PSN: InitialPSN(peer.QPN()), Addr: peerDev.LocalAddr(), MTU: o.MTU, SelectiveRepeat: o.SelectiveRepeat},
+		cm.Peer{QPN: peer.QPN(), PSN: InitialPSN(peer.QPN()), Addr: peerDev.LocalAddr(), MTU: o.MTU, SelectiveRepeat: o.SelectiveRepeat, PiggybackACK: o.PiggybackACK},
 		cm.Params{Access: o.Access, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry, MinRNRTimer: o.MinRNR})
 	if err != nil {
 		t.Fatal(err)

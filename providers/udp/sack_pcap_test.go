@@ -14,8 +14,9 @@ import (
 )
 
 // TestSACKsDecodeAsPlainRoCEAcks records a selective-repeat exchange over
-// a lossy network: the capture holds ACKs with SACK trailers, and tshark
-// still decodes every frame as RoCE with nothing malformed.
+// a lossy network: the capture holds ACKs with SACK trailers and requests
+// carrying piggybacked ACKs, and tshark still decodes every frame as RoCE
+// with nothing malformed.
 func TestSACKsDecodeAsPlainRoCEAcks(t *testing.T) {
 	tshark := needTshark(t)
 	network := sim.NewNetwork(sim.Config{Seed: 5, Loss: 0.05})
@@ -30,6 +31,7 @@ func TestSACKsDecodeAsPlainRoCEAcks(t *testing.T) {
 	o.BufSize = 2 << 20
 	a, b := verbstest.Pair(t, da, db, o)
 	verbstest.Exercise(t, a, b, 512<<10)
+	verbstest.PingPong(t, a, b, 50, 100) // replies carry piggybacked ACKs
 	if err := da.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +39,7 @@ func TestSACKsDecodeAsPlainRoCEAcks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sacks, full := 0, 0
+	sacks, full, piggy := 0, 0, 0
 	for _, d := range ds {
 		var p wire.Packet
 		var s wire.SACK
@@ -52,9 +54,12 @@ func TestSACKsDecodeAsPlainRoCEAcks(t *testing.T) {
 		if len(p.Payload) == int(o.MTU) {
 			full++
 		}
+		if p.BTH.PiggyACK {
+			piggy++
+		}
 	}
-	if sacks == 0 || full == 0 {
-		t.Fatalf("%d SACKs and %d full-size data packets in the capture of a lossy selective-repeat exchange", sacks, full)
+	if sacks == 0 || full == 0 || piggy == 0 {
+		t.Fatalf("%d SACKs, %d full-size data packets and %d piggybacked ACKs in the capture of a lossy exchange", sacks, full, piggy)
 	}
 	bad, err := exec.Command(tshark, "-n", "-r", path, "--disable-protocol", "rpcordma", "-Y", "!infiniband || _ws.malformed || _ws.expert.severity >= 8388608").Output()
 	if err != nil {

@@ -183,7 +183,7 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 		priv: p.PrivateData,
 	}
 	if !p.GoBackN {
-		req.vflags = vFlagSACK
+		req.vflags = vFlagsOffered
 	}
 	id := &ID{m: m, qp: qp, peer: to, tid: req.tid, active: true, state: stReqSent, wake: make(chan struct{}, 1)}
 	m.mu.Lock()
@@ -229,7 +229,8 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 	m.mu.Unlock()
 
 	peer := Peer{QPN: info.qpn, PSN: info.psn, Addr: to, MTU: min(req.mtu, info.mtu),
-		SelectiveRepeat: req.vflags&info.vflags&vFlagSACK != 0, PrivateData: id.priv}
+		SelectiveRepeat: req.vflags&info.vflags&vFlagSACK != 0, PiggybackACK: req.vflags&info.vflags&vFlagPiggyACK != 0,
+		PrivateData: id.priv}
 	err := Connect(qp, psn, peer, p)
 	o = outbox{}
 	m.mu.Lock()
@@ -406,11 +407,12 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 
 	mtu := min(p.mtu(m.dev), info.mtu)
 	var vflags uint8
-	if !p.GoBackN && info.vflags&vFlagSACK != 0 {
-		vflags = vFlagSACK
+	if !p.GoBackN {
+		vflags = info.vflags & vFlagsOffered // what both ends speak
 	}
 	psn := uint32(random64()) & 0xffffff
-	peer := Peer{QPN: info.qpn, PSN: info.psn, Addr: id.peer, MTU: mtu, SelectiveRepeat: vflags != 0, PrivateData: id.priv}
+	peer := Peer{QPN: info.qpn, PSN: info.psn, Addr: id.peer, MTU: mtu, SelectiveRepeat: vflags&vFlagSACK != 0,
+		PiggybackACK: vflags&vFlagPiggyACK != 0, PrivateData: id.priv}
 	err := Connect(qp, psn, peer, p)
 	var o outbox
 	m.mu.Lock()

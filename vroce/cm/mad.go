@@ -50,6 +50,8 @@ const (
 	vMagic0, vMagic1 = 'v', 'R'
 	vVersion         = 1
 	vFlagSACK        = 1 << 0
+	vFlagPiggyACK    = 1 << 1
+	vFlagsOffered    = vFlagSACK | vFlagPiggyACK // the extensions this CM speaks
 	vFlagPresent     = 0x80
 
 	// psTCP is rdma_cm's RDMA_PS_TCP port space: service IDs are

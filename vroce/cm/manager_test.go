@@ -165,8 +165,9 @@ func TestRDMACMConnectAcceptDisconnect(t *testing.T) {
 	if string(id.PrivateData()) != "welcome" || string(got.req.PrivateData) != "hello" || got.req.Peer != a.dev.LocalAddr() {
 		t.Fatalf("private data %q and %q, peer %v", id.PrivateData(), got.req.PrivateData, got.req.Peer)
 	}
-	if aqp.State() != vroce.QPSRTS || bqp.State() != vroce.QPSRTS || !aqp.Attr().SelectiveRepeat || !bqp.Attr().SelectiveRepeat {
-		t.Fatalf("QPs in %v and %v, selective repeat %v %v", aqp.State(), bqp.State(), aqp.Attr().SelectiveRepeat, bqp.Attr().SelectiveRepeat)
+	if aqp.State() != vroce.QPSRTS || bqp.State() != vroce.QPSRTS || !aqp.Attr().SelectiveRepeat || !bqp.Attr().SelectiveRepeat ||
+		!aqp.Attr().PiggybackACK || !bqp.Attr().PiggybackACK {
+		t.Fatalf("QPs in %v and %v, attributes %+v %+v: want RTS, selective repeat and piggybacked ACKs", aqp.State(), bqp.State(), aqp.Attr(), bqp.Attr())
 	}
 	waitFor(t, "the RTU", got.id.Established)
 
@@ -454,8 +455,8 @@ func TestRDMACMNegotiatesMTUAndGoBackN(t *testing.T) {
 	stop()
 	ids := <-served
 	for _, q := range []*vroce.QP{qp, ids[0].QP()} {
-		if at := q.Attr(); at.PathMTU != vroce.MTU1024 || at.SelectiveRepeat {
-			t.Fatalf("QP %#x: MTU %v, selective repeat %v: want 1024 and go-back-N", q.QPN(), at.PathMTU, at.SelectiveRepeat)
+		if at := q.Attr(); at.PathMTU != vroce.MTU1024 || at.SelectiveRepeat || at.PiggybackACK {
+			t.Fatalf("QP %#x: MTU %v, selective repeat %v, piggybacked ACKs %v: want 1024 and neither extension", q.QPN(), at.PathMTU, at.SelectiveRepeat, at.PiggybackACK)
 		}
 	}
 }

@@ -120,7 +120,7 @@ func TestManagerAcceptsAnRxeRequest(t *testing.T) {
 	if _, err := r.Accept(qp, Params{}); err != nil {
 		t.Fatal(err)
 	}
-	if at := qp.Attr(); at.DestQPN != req.msg.qpn || at.RQPSN != req.msg.psn || at.SelectiveRepeat {
+	if at := qp.Attr(); at.DestQPN != req.msg.qpn || at.RQPSN != req.msg.psn || at.SelectiveRepeat || at.PiggybackACK {
 		t.Fatalf("QP aimed at %#x from PSN %#x (selective repeat %v), want the REQ's %#x and %#x, go-back-N", at.DestQPN, at.RQPSN, at.SelectiveRepeat, req.msg.qpn, req.msg.psn)
 	}
 	pkts := make([]vroce.Packet, 1)

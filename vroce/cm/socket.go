@@ -23,6 +23,7 @@ const (
 	version   = 1
 	headerLen = 4 + 2 + 2 + 4 + 4 + 2 + 2 + 16 + 1
 	flagSACK  = 1 << 0
+	flagPiggy = 1 << 1 // ACKs ride on requests (wire.PiggyACK)
 )
 
 // SocketMagic opens every SOCKET exchange: a listener that serves plain
@@ -47,7 +48,7 @@ type Params struct {
 	RNRRetry    uint8        // 0 means 7 (infinite)
 	MinRNRTimer uint8        // 0 means 1 (10 us)
 	MaxRdAtomic int          // outstanding READ/atomic each way; 0 means 16
-	GoBackN     bool         // do not offer selective repeat
+	GoBackN     bool         // offer no vRoCE extension (selective repeat, piggybacked ACKs): behave as rxe
 	PrivateData []byte       // up to MaxPrivateData bytes for the peer
 	// Advertise is the address the peer sends vRoCE packets to; zero:
 	// the device's address, or, when it listens on all addresses, the
@@ -65,6 +66,7 @@ type Peer struct {
 	Addr            netip.AddrPort
 	MTU             vroce.MTU // as negotiated: the smaller of the two
 	SelectiveRepeat bool      // both ends speak it
+	PiggybackACK    bool      // both ends speak it
 	PrivateData     []byte
 }
 
@@ -177,7 +179,7 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 	}
 	ours := hello{qpn: qp.QPN(), psn: binary.BigEndian.Uint32(rnd[:]) & 0xffffff, mtu: uint16(mtu), addr: adv, privateData: p.PrivateData}
 	if !p.GoBackN {
-		ours.flags |= flagSACK
+		ours.flags |= flagSACK | flagPiggy
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
@@ -210,6 +212,7 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 		QPN: theirs.qpn, PSN: theirs.psn, Addr: theirs.addr,
 		MTU:             min(mtu, vroce.MTU(theirs.mtu)),
 		SelectiveRepeat: ours.flags&theirs.flags&flagSACK != 0,
+		PiggybackACK:    ours.flags&theirs.flags&flagPiggy != 0,
 		PrivateData:     theirs.privateData,
 	}
 	if err := Connect(qp, ours.psn, peer, p); err != nil {
@@ -229,9 +232,9 @@ func Connect(qp *vroce.QP, sqPSN uint32, peer Peer, p Params) error {
 	}{
 		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: p.Access | vroce.AccessLocalWrite}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
 		{vroce.QPAttr{State: vroce.QPSRTR, Dest: peer.Addr, PathMTU: peer.MTU, DestQPN: peer.QPN, RQPSN: peer.PSN,
-			MaxDestRdAtomic: rd, MinRNRTimer: or(p.MinRNRTimer, 1), SelectiveRepeat: peer.SelectiveRepeat},
+			MaxDestRdAtomic: rd, MinRNRTimer: or(p.MinRNRTimer, 1), SelectiveRepeat: peer.SelectiveRepeat, PiggybackACK: peer.PiggybackACK},
 			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN |
-				vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat},
+				vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat | vroce.QPAttrPiggybackACK},
 		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: sqPSN, Timeout: or(p.Timeout, 14), RetryCnt: or(p.RetryCnt, 7),
 			RNRRetry: or(p.RNRRetry, 7), MaxRdAtomic: rd},
 			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},

@@ -92,8 +92,8 @@ func TestConnectSocketLinksTwoQPs(t *testing.T) {
 	if pa.QPN != b.qp.QPN() || pb.QPN != a.qp.QPN() || pa.Addr != b.dev.LocalAddr() {
 		t.Fatalf("peers %+v %+v", pa, pb)
 	}
-	if pa.MTU != vroce.MTU2048 || pb.MTU != vroce.MTU2048 || !pa.SelectiveRepeat || !pb.SelectiveRepeat {
-		t.Fatalf("negotiated %+v %+v, want MTU 2048 and selective repeat on both", pa, pb)
+	if pa.MTU != vroce.MTU2048 || pb.MTU != vroce.MTU2048 || !pa.SelectiveRepeat || !pb.SelectiveRepeat || !pa.PiggybackACK || !pb.PiggybackACK {
+		t.Fatalf("negotiated %+v %+v, want MTU 2048, selective repeat and piggybacked ACKs on both", pa, pb)
 	}
 	if string(pb.PrivateData) != "from a" || len(pa.PrivateData) != 0 {
 		t.Fatalf("private data %q %q", pb.PrivateData, pa.PrivateData)
@@ -102,8 +102,8 @@ func TestConnectSocketLinksTwoQPs(t *testing.T) {
 		if st := e.qp.State(); st != vroce.QPSRTS {
 			t.Fatalf("QP in %v", st)
 		}
-		if !e.qp.Attr().SelectiveRepeat {
-			t.Fatal("selective repeat not set on the QP")
+		if !e.qp.Attr().SelectiveRepeat || !e.qp.Attr().PiggybackACK {
+			t.Fatalf("extensions not set on the QP: %+v", e.qp.Attr())
 		}
 	}
 	// Data moves: a WRITE a->b, then a SEND to tell b.
@@ -134,8 +134,9 @@ func TestSelectiveRepeatOnlyWhenBothOffer(t *testing.T) {
 	if errA != nil || errB != nil {
 		t.Fatal(errA, errB)
 	}
-	if pa.SelectiveRepeat || pb.SelectiveRepeat || a.qp.Attr().SelectiveRepeat || b.qp.Attr().SelectiveRepeat {
-		t.Fatal("selective repeat negotiated with a go-back-N end")
+	if pa.SelectiveRepeat || pb.SelectiveRepeat || a.qp.Attr().SelectiveRepeat || b.qp.Attr().SelectiveRepeat ||
+		pa.PiggybackACK || pb.PiggybackACK || a.qp.Attr().PiggybackACK || b.qp.Attr().PiggybackACK {
+		t.Fatal("a vRoCE extension negotiated with a go-back-N end")
 	}
 }
 

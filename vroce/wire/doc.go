@@ -12,6 +12,11 @@
 //
 //	BTH | extension headers (by opcode) | payload | pad (0-3) | ICRC (4)
 //
+// Two vRoCE extensions, negotiated per connection, ride where RoCEv2
+// decoders still parse the packet: SACK blocks after an ACK's AETH
+// (ParseSACK), and a PiggyACK trailer after an RC request's payload,
+// flagged by a reserved BTH bit.
+//
 // Parse splits such a datagram into a Packet; Packet.EncodeHeaders writes
 // the headers of one; SealICRC and CheckICRC compute the trailer over the
 // datagram and the IP/UDP headers it travelled in.

@@ -19,6 +19,14 @@ func addRxeSeeds(f *testing.F, max int) {
 // packet that parses to the same thing.
 func FuzzParse(f *testing.F) {
 	addRxeSeeds(f, 40)
+	for _, op := range []wire.Opcode{wire.RCSendOnly, wire.RCWriteFirst} { // with a piggybacked ACK
+		p := wire.Packet{BTH: wire.BTH{Opcode: op, PKey: wire.DefaultPKey, PiggyACK: true}, Piggy: wire.PiggyACK{PSN: 7, AETH: wire.AETH{MSN: 3}}, Payload: []byte("seed")}
+		b := make([]byte, wire.Len(op, 4)+wire.PiggyACKLen)
+		if _, err := p.Encode(b); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p wire.Packet
 		if err := wire.Parse(&p, b); err != nil {

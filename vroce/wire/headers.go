@@ -35,6 +35,11 @@ type BTH struct {
 	DestQP uint32 // 24 bits
 	AckReq bool
 	PSN    uint32 // 24 bits
+	// PiggyACK (vRoCE, negotiated): the packet, an RC request with
+	// payload, ends with a PiggyACK trailer. It is bit 0 of the reserved
+	// bits after AckReq, which the ICRC covers; plain RoCEv2 decoders
+	// read the trailer as payload.
+	PiggyACK bool
 }
 
 func (h *BTH) put(b []byte) {
@@ -53,7 +58,12 @@ func (h *BTH) put(b []byte) {
 	if h.AckReq {
 		b[8] |= 0x80
 	}
+	if h.PiggyACK {
+		b[8] |= piggyACKBit
+	}
 }
+
+const piggyACKBit = 0x01
 
 func (h *BTH) get(b []byte) {
 	h.Opcode = Opcode(b[0])
@@ -64,6 +74,7 @@ func (h *BTH) get(b []byte) {
 	h.PKey = binary.BigEndian.Uint16(b[2:])
 	h.DestQP = binary.BigEndian.Uint32(b[4:]) & qpnMask
 	h.AckReq = b[8]&0x80 != 0
+	h.PiggyACK = b[8]&piggyACKBit != 0
 	h.PSN = binary.BigEndian.Uint32(b[8:]) & psnMask
 }
 

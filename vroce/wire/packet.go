@@ -13,10 +13,44 @@ type Packet struct {
 	AETH      AETH
 	DETH      DETH
 	Atomic    AtomicETH
-	AtomicAck uint64 // AtomicAckETH: the original remote value
-	Imm       uint32 // ImmDt, as sent on the wire (big-endian)
-	IETH      uint32 // the rkey to invalidate
-	Payload   []byte
+	AtomicAck uint64   // AtomicAckETH: the original remote value
+	Imm       uint32   // ImmDt, as sent on the wire (big-endian)
+	IETH      uint32   // the rkey to invalidate
+	Piggy     PiggyACK // the trailer, when BTH.PiggyACK
+	Payload   []byte   // without the trailer
+}
+
+// PiggyACK is a vRoCE extension: an acknowledgement for the other
+// direction of the connection riding at the end of an RC request's
+// payload, so that a reply need not be followed by an ACK datagram of
+// its own (as TCP's ACKs ride on data). It holds what an RC_ACKNOWLEDGE
+// would: the BTH PSN it acknowledges through, then its AETH.
+//
+//	PSN (24 bits, in a 32-bit word) | AETH (syndrome 8 bits, MSN 24 bits)
+type PiggyACK struct {
+	PSN  uint32
+	AETH AETH
+}
+
+// PiggyACKLen is the trailer's length on the wire.
+const PiggyACKLen = 8
+
+// Put writes the trailer into b (at least PiggyACKLen bytes).
+func (a *PiggyACK) Put(b []byte) {
+	binary.BigEndian.PutUint32(b, a.PSN&psnMask)
+	a.AETH.put(b[4:])
+}
+
+func (a *PiggyACK) get(b []byte) {
+	a.PSN = binary.BigEndian.Uint32(b) & psnMask
+	a.AETH.get(b[4:])
+}
+
+// CanCarryPiggyACK reports whether op may carry a PiggyACK trailer: RC
+// SENDs and WRITEs, which have a payload to end.
+func (op Opcode) CanCarryPiggyACK() bool {
+	f := op.Flags()
+	return op&transportMask == transportRC && f&IsRequest != 0 && f&HasPayload != 0
 }
 
 // ParseError says why bytes are not a RoCEv2 packet this codec accepts.
@@ -93,14 +127,24 @@ func Parse(p *Packet, b []byte) error {
 		p.IETH = binary.BigEndian.Uint32(b[off:])
 		off += IETHLen
 	}
+	if p.BTH.PiggyACK {
+		if !op.CanCarryPiggyACK() {
+			return &ParseError{Reason: "piggybacked ACK on an opcode that cannot carry one", Opcode: op, Len: len(b)}
+		}
+		if payload < PiggyACKLen {
+			return &ParseError{Reason: "piggybacked ACK flagged but no room for it", Opcode: op, Len: len(b)}
+		}
+		payload -= PiggyACKLen
+		p.Piggy.get(b[off+payload:])
+	}
 	p.Payload = b[off : off+payload]
 	return nil
 }
 
 // EncodeHeaders writes BTH and the extension headers of p.BTH.Opcode into b
 // for a packet that will carry payloadLen bytes, setting the pad count, and
-// returns the header length. The caller writes the payload at b[n:], then
-// calls Finish.
+// returns the header length. The caller writes the payload at b[n:] (and,
+// with BTH.PiggyACK, the trailer after it), then calls Finish.
 func (p *Packet) EncodeHeaders(b []byte, payloadLen int) (int, error) {
 	op := p.BTH.Opcode
 	if !op.Known() {
@@ -111,7 +155,14 @@ func (p *Packet) EncodeHeaders(b []byte, payloadLen int) (int, error) {
 		return 0, &ParseError{Reason: "encode: payload on an opcode that carries none", Opcode: op, Len: payloadLen}
 	}
 	hdr := op.HeaderLen()
-	if len(b) < hdr+payloadLen+PadCount(payloadLen)+ICRCLen {
+	trailer := 0
+	if p.BTH.PiggyACK {
+		if !op.CanCarryPiggyACK() {
+			return 0, &ParseError{Reason: "encode: piggybacked ACK on an opcode that cannot carry one", Opcode: op}
+		}
+		trailer = PiggyACKLen // a multiple of 4: the pad stays the payload's
+	}
+	if len(b) < hdr+payloadLen+trailer+PadCount(payloadLen)+ICRCLen {
 		return 0, &ParseError{Reason: "encode: buffer too small", Opcode: op, Len: len(b)}
 	}
 	p.BTH.PadCnt = uint8(PadCount(payloadLen))
@@ -164,5 +215,9 @@ func (p *Packet) Encode(b []byte) (int, error) {
 		return 0, err
 	}
 	n += copy(b[n:], p.Payload)
+	if p.BTH.PiggyACK {
+		p.Piggy.Put(b[n:])
+		n += PiggyACKLen
+	}
 	return Finish(b, n), nil
 }

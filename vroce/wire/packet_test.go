@@ -85,6 +85,9 @@ func keepCarried(p wire.Packet) wire.Packet {
 	if f&wire.HasIETH != 0 {
 		q.IETH = p.IETH
 	}
+	if p.BTH.PiggyACK {
+		q.Piggy = p.Piggy
+	}
 	return q
 }
 
