@@ -108,35 +108,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "vroce-perf:", err)
 		os.Exit(2)
 	}
-	if cfg.CPUProf != "" {
-		f, err := os.Create(cfg.CPUProf)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "vroce-perf:", err)
-			os.Exit(2)
-		}
-		defer f.Close()
-	}
-	if cfg.Trace != "" {
-		f, err := os.Create(cfg.Trace)
-		if err == nil {
-			err = trace.Start(f)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "vroce-perf:", err)
-			os.Exit(2)
-		}
-		defer f.Close()
-	}
+	stopProfile := record(cfg.CPUProf, pprof.StartCPUProfile, pprof.StopCPUProfile)
+	stopTrace := record(cfg.Trace, trace.Start, trace.Stop)
 	results, err := run(cfg)
-	if cfg.CPUProf != "" {
-		pprof.StopCPUProfile()
-	}
-	if cfg.Trace != "" {
-		trace.Stop()
-	}
+	stopProfile()
+	stopTrace()
 	for _, r := range results {
 		r.print(os.Stdout, cfg.JSON)
 	}
@@ -248,4 +224,24 @@ func (c *config) finish() error {
 		c.Inline = c.Size
 	}
 	return nil
+}
+
+// record starts a recording (a CPU profile, an execution trace) into the
+// file at path, if one is named, and returns what ends it.
+func record(path string, start func(io.Writer) error, stop func()) (end func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = start(f)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vroce-perf:", err)
+		os.Exit(2)
+	}
+	return func() {
+		stop()
+		f.Close()
+	}
 }
