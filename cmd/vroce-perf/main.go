@@ -23,7 +23,6 @@ import (
 
 	_ "vroce.dev/providers/afxdp"
 	_ "vroce.dev/providers/sim"
-	_ "vroce.dev/providers/udp"
 	"vroce.dev/vroce"
 )
 
@@ -37,7 +36,8 @@ var tests = map[string]bool{
 type config struct {
 	Test     string
 	Provider string
-	Iface    string `json:"-"` // local to each end
+	Iface    string        `json:"-"` // local to each end
+	BusyPoll time.Duration `json:"-"` // local to each end
 	Size     int
 	Iters    int
 	MTU      int
@@ -127,6 +127,7 @@ func defineFlags(c *config) {
 	fs := flag.CommandLine
 	fs.StringVar(&c.Provider, "provider", "", "packet provider: udp, afxdp or sim (default $VROCE_PROVIDER, then udp)")
 	fs.StringVar(&c.Iface, "iface", "", "afxdp provider: the network interface (default $VROCE_IFACE)")
+	fs.DurationVar(&c.BusyPoll, "busy-poll", 0, "udp provider: keep trying to receive this long before sleeping, e.g. 50us (default $VROCE_BUSY_POLL)")
 	fs.IntVar(&c.Size, "s", 0, "message size in bytes (default 65536 for _bw, 2 for _lat, 8 for atomic_lat)")
 	fs.IntVar(&c.Size, "size", 0, "same as -s")
 	fs.IntVar(&c.Iters, "n", 0, "iterations (default 5000 for _bw, 1000 for _lat)")

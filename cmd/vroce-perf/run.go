@@ -11,6 +11,7 @@ import (
 
 	"vroce.dev/providers/afxdp"
 	"vroce.dev/providers/sim"
+	"vroce.dev/providers/udp"
 	"vroce.dev/vroce"
 )
 
@@ -62,8 +63,13 @@ func (c *config) devConfig(role string, network *sim.Network) vroce.Config {
 
 // providerOptions are what a provider other than sim needs from the flags.
 func (c *config) providerOptions() any {
-	if c.Provider == "afxdp" {
+	switch c.Provider {
+	case "afxdp":
 		return afxdp.Options{Iface: c.Iface}
+	case "", "udp":
+		if c.BusyPoll > 0 {
+			return udp.Options{BusyPoll: c.BusyPoll}
+		}
 	}
 	return nil
 }
@@ -228,7 +234,7 @@ func serve(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 	}
 	run := h.Config
 	run.JSON, run.Loopback, run.DevAddr, run.quietProg = cfg.JSON, cfg.Loopback, cfg.DevAddr, true
-	run.Provider, run.Iface = cfg.Provider, cfg.Iface
+	run.Provider, run.Iface, run.BusyPoll = cfg.Provider, cfg.Iface, cfg.BusyPoll
 	if run.Test != cfg.Test {
 		return nil, fmt.Errorf("client runs %s, this server %s", run.Test, cfg.Test)
 	}

@@ -3,7 +3,10 @@ package udp
 import (
 	"net"
 	"net/netip"
+	"runtime"
+	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -21,25 +24,45 @@ type mmsgReader struct {
 	got   int
 	errno syscall.Errno
 	read  func(fd uintptr) bool // made once: a closure per call would allocate
+	// Busy polling (Options.BusyPoll): how long a receive keeps trying
+	// before it parks, when it started trying, and the tries that found
+	// nothing (for tests).
+	busy       time.Duration
+	busySince  time.Time
+	emptyTries atomic.Int64
 }
 
-func newMmsgReader(c *net.UDPConn, size int) (*mmsgReader, error) {
+func newMmsgReader(c *net.UDPConn, size int, busy time.Duration) (*mmsgReader, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
-	m := &mmsgReader{rc: rc, hdrs: make([]unix.Mmsghdr, size), iovs: make([]unix.Iovec, size), names: make([]unix.RawSockaddrInet6, size)}
+	m := &mmsgReader{rc: rc, hdrs: make([]unix.Mmsghdr, size), iovs: make([]unix.Iovec, size), names: make([]unix.RawSockaddrInet6, size), busy: busy}
 	m.read = m.recvmmsg
 	return m, nil
 }
 
 func (m *mmsgReader) recvmmsg(fd uintptr) bool {
-	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&m.hdrs[0])), uintptr(m.n), unix.MSG_DONTWAIT, 0, 0)
-	if e == unix.EAGAIN || e == unix.EWOULDBLOCK {
-		return false // park until readable
+	for {
+		r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&m.hdrs[0])), uintptr(m.n), unix.MSG_DONTWAIT, 0, 0)
+		if e != unix.EAGAIN && e != unix.EWOULDBLOCK {
+			m.got, m.errno = int(r), e
+			m.busySince = time.Time{}
+			return true
+		}
+		if m.busy <= 0 {
+			return false // park until readable
+		}
+		m.emptyTries.Add(1)
+		now := time.Now()
+		if m.busySince.IsZero() {
+			m.busySince = now
+		} else if now.Sub(m.busySince) >= m.busy {
+			m.busySince = time.Time{}
+			return false
+		}
+		runtime.Gosched() // whoever is runnable goes first; then try again
 	}
-	m.got, m.errno = int(r), e
-	return true
 }
 
 // recv fills up to len(bufs) datagrams (and their control data, if oobs
@@ -91,8 +114,8 @@ func (m *mmsgReader) from(i int) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-func newBatchReader(c *net.UDPConn, size int) batchReader {
-	m, err := newMmsgReader(c, size)
+func newBatchReader(c *net.UDPConn, size int, busy time.Duration) batchReader {
+	m, err := newMmsgReader(c, size, busy)
 	if err != nil {
 		return nil
 	}

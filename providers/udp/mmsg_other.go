@@ -2,7 +2,10 @@
 
 package udp
 
-import "net"
+import (
+	"net"
+	"time"
+)
 
 // Off Linux the provider receives through x/net.
-func newBatchReader(*net.UDPConn, int) batchReader { return nil }
+func newBatchReader(*net.UDPConn, int, time.Duration) batchReader { return nil }
