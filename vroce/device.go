@@ -96,7 +96,7 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 	mtu := mtuForLink(p.MTU())
 	if cfg.MTU != 0 {
 		if !cfg.MTU.Valid() {
-			return nil, invalidf("open: MTU %d is not one of 256, 512, 1024, 2048, 4096", cfg.MTU)
+			return nil, invalidf("open: MTU %d is not one of 256, 512, 1024, 2048, 4096, 8192, 16384, 32768", cfg.MTU)
 		}
 		mtu = min(mtu, cfg.MTU)
 	}
@@ -115,8 +115,9 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 	}
 	d.timers.clock, d.timers.armed = clk, idleDeadline
 	d.events.init()
-	d.batches.New = func() any { return newTxBatch(p.BatchSize()) }
-	d.heldBufs.New = func() any { b := make([]byte, 0, MaxPacketSize); return &b }
+	size := packetSize(mtu)
+	d.batches.New = func() any { return newTxBatch(p.BatchSize(), size) }
+	d.heldBufs.New = func() any { b := make([]byte, 0, size); return &b }
 	path := cfg.PcapPath
 	if path == "" {
 		path = os.Getenv("VROCE_PCAP")
@@ -237,12 +238,13 @@ func (d *Device) rxLoop() {
 	defer d.wg.Done()
 	n := max(d.prov.BatchSize(), 1)
 	pkts := make([]Packet, n)
-	bufs := make([]byte, n*MaxPacketSize)
+	size := packetSize(d.attr.ActiveMTU)
+	bufs := make([]byte, n*size)
 	out := d.getBatch()
 	defer d.putBatch(out)
 	for {
 		for i := range pkts {
-			pkts[i].Data = bufs[i*MaxPacketSize : (i+1)*MaxPacketSize]
+			pkts[i].Data = bufs[i*size : (i+1)*size]
 		}
 		got, err := d.prov.Recv(pkts)
 		if err != nil {
@@ -360,13 +362,14 @@ type txBatch struct {
 	pkts  []Packet
 	flows []wire.Flow
 	bufs  [][]byte
+	size  int   // of each buffer: the device's largest packet
 	acks  []*QP // receive batches only: QPs owing a coalesced ACK
 	piggy bool  // one of them could piggyback it on a reply
 }
 
-func newTxBatch(n int) *txBatch {
+func newTxBatch(n, size int) *txBatch {
 	n = max(n, 1)
-	return &txBatch{pkts: make([]Packet, 0, n), flows: make([]wire.Flow, 0, n), bufs: make([][]byte, n)}
+	return &txBatch{pkts: make([]Packet, 0, n), flows: make([]wire.Flow, 0, n), bufs: make([][]byte, n), size: size}
 }
 
 func (b *txBatch) full() bool { return len(b.pkts) == cap(b.pkts) }
@@ -382,7 +385,7 @@ func (b *txBatch) reset() {
 func (b *txBatch) buf() []byte {
 	i := len(b.pkts)
 	if b.bufs[i] == nil {
-		b.bufs[i] = make([]byte, MaxPacketSize)
+		b.bufs[i] = make([]byte, b.size)
 	}
 	return b.bufs[i]
 }

@@ -59,7 +59,7 @@ func deviceAttr(maxQP int, mtu MTU) DeviceAttr {
 	}
 }
 
-// MTU is an InfiniBand path MTU: the payload bytes per packet.
+// MTU is a path MTU: the payload bytes per packet.
 type MTU int
 
 // The path MTUs RoCEv2 allows.
@@ -71,22 +71,33 @@ const (
 	MTU4096 MTU = 4096
 )
 
+// Larger path MTUs are a vRoCE extension: two vRoCE peers negotiate them
+// (vroce/cm) where the link carries them, loopback or jumbo frames. A
+// packet costs the same whatever its size, so eight times the payload
+// per packet is most of the way to kernel TCP's 64 KiB segments. rdma_rxe
+// and RoCE NICs stop at 4096; UD stays there too.
+const (
+	MTU8192  MTU = 8192
+	MTU16384 MTU = 16384
+	MTU32768 MTU = 32768
+)
+
 func (m MTU) String() string { return fmt.Sprintf("MTU%d", int(m)) }
 
-// Valid reports whether m is one of the five IB MTUs.
+// Valid reports whether m is one of the five IB MTUs or an extension MTU.
 func (m MTU) Valid() bool {
 	switch m {
-	case MTU256, MTU512, MTU1024, MTU2048, MTU4096:
+	case MTU256, MTU512, MTU1024, MTU2048, MTU4096, MTU8192, MTU16384, MTU32768:
 		return true
 	}
 	return false
 }
 
-// mtuForLink is the largest IB MTU whose packets fit a link carrying
-// linkMTU bytes of UDP payload (room for the largest header set and ICRC).
+// mtuForLink is the largest MTU whose packets fit a link carrying linkMTU
+// bytes of UDP payload (room for the largest header set and ICRC).
 func mtuForLink(linkMTU int) MTU {
 	const overhead = 64 + 4
-	for _, m := range []MTU{MTU4096, MTU2048, MTU1024, MTU512} {
+	for _, m := range []MTU{MTU32768, MTU16384, MTU8192, MTU4096, MTU2048, MTU1024, MTU512} {
 		if int(m)+overhead <= linkMTU {
 			return m
 		}

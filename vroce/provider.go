@@ -11,8 +11,9 @@ import (
 // Packet is one datagram crossing a Provider: a whole RoCEv2 packet (BTH to
 // ICRC) and the peer it goes to or came from.
 type Packet struct {
-	// Data holds the packet. On Recv the caller passes buffers of at least
-	// MaxPacketSize bytes and the provider shortens Data to what arrived,
+	// Data holds the packet. On Recv the caller passes buffers that hold
+	// the largest packet its MTU allows (MaxPacketSize at most), and the
+	// provider shortens Data to what arrived,
 	// or lends memory of its own instead (a segment of a coalesced
 	// datagram, say), valid until the next Recv: the device is done with
 	// every packet of a batch before it asks for the next.
@@ -42,9 +43,18 @@ func (p *Packet) AppendTo(b []byte) []byte {
 	return append(append(append(b, p.Data...), p.Body...), p.Tail...)
 }
 
-// MaxPacketSize bounds a RoCEv2 packet at the largest path MTU: headers,
-// 4,096 bytes of payload, pad and ICRC.
-const MaxPacketSize = 4096 + 128
+// MaxPacketSize bounds a packet at the largest path MTU: headers, 32,768
+// bytes of payload (an extension MTU), pad and ICRC. A device sizes its
+// own buffers by its active MTU (packetSize).
+const MaxPacketSize = int(MTU32768) + packetHeadroom
+
+// packetHeadroom is what a packet holds besides its payload, with room
+// to spare: BTH, the largest extension headers, a SACK or PiggyACK
+// trailer, pad and ICRC.
+const packetHeadroom = 128
+
+// packetSize is the largest packet a path MTU of mtu makes.
+func packetSize(mtu MTU) int { return int(mtu) + packetHeadroom }
 
 // Provider moves packets for one device. It is the only seam between the
 // transport and the network: udp, afxdp, sim and plugin live below it and

@@ -464,7 +464,9 @@ func (qp *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 	set(QPAttrDestQPN, func() { q.DestQPN = a.DestQPN })
 	set(QPAttrSelectiveRepeat, func() { q.SelectiveRepeat = a.SelectiveRepeat })
 	set(QPAttrPiggybackACK, func() { q.PiggybackACK = a.PiggybackACK })
-	qp.mtu = int(qp.dev.attr.ActiveMTU)
+	// UD (and RC until its path MTU is set) keeps to an IB MTU, which
+	// every peer takes: a UD peer negotiates nothing.
+	qp.mtu = int(min(qp.dev.attr.ActiveMTU, MTU4096))
 	if qp.typ == RC && q.PathMTU != 0 {
 		qp.mtu = int(q.PathMTU)
 	}

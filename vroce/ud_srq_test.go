@@ -43,7 +43,8 @@ func newUD(t *testing.T, network *sim.Network, addr string, qkey uint32) *udNode
 }
 
 func TestUDDatagramsWithGRHAndQKey(t *testing.T) {
-	network := sim.NewNetwork(sim.Config{})
+	// A link that carries 32 KiB packets: UD keeps to an IB MTU anyway.
+	network := sim.NewNetwork(sim.Config{MTU: 40000})
 	t.Cleanup(network.Close)
 	a := newUD(t, network, "127.0.0.1:7000", 0x11111111)
 	b := newUD(t, network, "127.0.0.2:7000", 0x11111111)
@@ -76,7 +77,7 @@ func TestUDDatagramsWithGRHAndQKey(t *testing.T) {
 	if n, _ := b.cq.Poll(make([]vroce.WorkCompletion, 2)); n != 0 {
 		t.Fatal("the datagram with the wrong Q_Key was delivered")
 	}
-	// Larger than the MTU: refused at post time.
+	// Larger than the (IB) MTU: refused at post time.
 	big := send
 	big.SGL = []vroce.SGE{a.mr.SGE(0, 8192)}
 	expectLimit(t, a.qp.PostSend(big), "UD message size (path MTU)", 8192, 4096)

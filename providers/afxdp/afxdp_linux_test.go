@@ -440,7 +440,7 @@ func providerPair(t *testing.T) (tx, rx *afxdp.Provider) {
 
 // On a 9000-byte link the path MTU stops at 2048: a 4096-byte packet
 // does not fit in one UMEM frame. Traffic at 2048 works both ways with a
-// UDP-provider peer, whose own limit would be 4096.
+// UDP-provider peer, whose own limit would be the 8192 extension MTU.
 func TestJumboLinkCapsPathMTUAt2048(t *testing.T) {
 	ha, hb := netnstest.Link(t, netnstest.LinkOpts{})
 	for _, h := range []netnstest.Host{ha, hb} {
@@ -451,8 +451,8 @@ func TestJumboLinkCapsPathMTUAt2048(t *testing.T) {
 	if got := dx.Attr().ActiveMTU; got != vroce.MTU2048 {
 		t.Fatalf("AF_XDP device active MTU %d on a 9000-byte link, want 2048", got)
 	}
-	if got := du.Attr().ActiveMTU; got != vroce.MTU4096 {
-		t.Fatalf("UDP device active MTU %d on a 9000-byte link, want 4096", got)
+	if got := du.Attr().ActiveMTU; got != vroce.MTU8192 {
+		t.Fatalf("UDP device active MTU %d on a 9000-byte link, want 8192", got)
 	}
 	o := verbstest.DefaultOpts()
 	o.BufSize = 4 << 20

@@ -477,22 +477,35 @@ func (ep *Endpoint) Close() error {
 	return nil
 }
 
-// bufPool holds packet buffers; the pointer itself travels with the
-// packet, so returning it allocates nothing.
-var bufPool = sync.Pool{New: func() any { b := make([]byte, vroce.MaxPacketSize); return &b }}
+// The pools hold packet buffers in two sizes, for IB path MTUs and for
+// the extension ones; the pointer itself travels with the packet, so
+// returning it allocates nothing.
+const smallBuf = int(vroce.MTU4096) + 128
+
+var (
+	smallPool = sync.Pool{New: func() any { b := make([]byte, smallBuf); return &b }}
+	largePool = sync.Pool{New: func() any { b := make([]byte, vroce.MaxPacketSize); return &b }}
+)
 
 func getBuf(n int) *[]byte {
-	if n > vroce.MaxPacketSize {
+	pool := &smallPool
+	switch {
+	case n > vroce.MaxPacketSize:
 		b := make([]byte, n)
 		return &b
+	case n > smallBuf:
+		pool = &largePool
 	}
-	b := bufPool.Get().(*[]byte)
+	b := pool.Get().(*[]byte)
 	*b = (*b)[:n]
 	return b
 }
 
 func putBuf(b *[]byte) {
-	if cap(*b) == vroce.MaxPacketSize {
-		bufPool.Put(b)
+	switch cap(*b) {
+	case smallBuf:
+		smallPool.Put(b)
+	case vroce.MaxPacketSize:
+		largePool.Put(b)
 	}
 }

@@ -498,6 +498,9 @@ func (p *Params) mtu(dev *vroce.Device) vroce.MTU {
 	if p.MTU != 0 {
 		mtu = min(mtu, p.MTU)
 	}
+	if p.GoBackN { // as rxe: no extension MTU either
+		mtu = min(mtu, vroce.MTU4096)
+	}
 	return mtu
 }
 

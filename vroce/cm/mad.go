@@ -209,9 +209,11 @@ func privArea(a attrID) (off, n int) {
 	return 0, 0
 }
 
-// mtuCode is the IBA encoding of a path MTU: 1 for 256 up to 5 for 4096.
+// mtuCode is the IBA encoding of a path MTU, 1 for 256 up to 5 for
+// 4096, carried on to the extension MTUs: 6 for 8192 up to 8 for 32768.
+// Only vRoCE fields carry codes above 5.
 func mtuCode(m vroce.MTU) uint8 {
-	for c, v := uint8(1), vroce.MTU(256); v <= 4096; c, v = c+1, v*2 {
+	for c, v := uint8(1), vroce.MTU(256); v <= vroce.MTU32768; c, v = c+1, v*2 {
 		if v == m {
 			return c
 		}
@@ -220,11 +222,21 @@ func mtuCode(m vroce.MTU) uint8 {
 }
 
 func mtuFromCode(c uint8) vroce.MTU {
-	if c < 1 || c > 5 {
+	if c < 1 || c > ibMTUCodes+extMTUCodes {
 		return 0
 	}
 	return vroce.MTU(128) << c
 }
+
+const (
+	ibMTUCodes  = 5 // 256 to 4096, what a REQ's MTU field may say
+	extMTUCodes = 3 // 8192 to 32768, vRoCE's extension MTUs
+	// A vRoCE REQ offers an extension MTU in bits 2-3 of its vRoCE
+	// flags, as the code less five, and 4096 in the IB field, which is
+	// what another CM reads.
+	vFlagsMTUShift = 2
+	vFlagsMTUMask  = 3 << vFlagsMTUShift
+)
 
 // gid is an address as a RoCEv2 GID: IPv6, or IPv4 mapped into it.
 func gid(a netip.Addr) [16]byte {
@@ -245,7 +257,11 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 	be.PutUint32(d[0:], m.localID)
 	switch m.attr {
 	case attrREQ:
-		d[4], d[5], d[6], d[7] = vMagic0, vMagic1, vVersion, m.vflags
+		vflags := m.vflags &^ vFlagsMTUMask
+		if c := mtuCode(m.mtu); c > ibMTUCodes {
+			vflags |= (c - ibMTUCodes) << vFlagsMTUShift
+		}
+		d[4], d[5], d[6], d[7] = vMagic0, vMagic1, vVersion, vflags
 		be.PutUint64(d[8:], m.serviceID)
 		be.PutUint64(d[16:], m.guid)
 		be.PutUint32(d[32:], m.qpn<<8|uint32(m.respRes))
@@ -255,7 +271,7 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 		// Local CM response timeout 20, retry count.
 		be.PutUint32(d[44:], m.psn<<8|20<<3|uint32(m.retryCnt&7))
 		be.PutUint16(d[48:], 0xffff)
-		d[50] = mtuCode(m.mtu)<<4 | m.rnrRetry&7
+		d[50] = mtuCode(min(m.mtu, vroce.MTU4096))<<4 | m.rnrRetry&7
 		d[51] = 15 << 4 // max CM retries
 		if m.srq {
 			d[51] |= 1 << 3
@@ -351,7 +367,13 @@ func parseMAD(b []byte, m *mad) error {
 		}
 		w = be.Uint32(d[44:])
 		m.psn, m.retryCnt = w>>8, uint8(w&7)
-		m.mtu = mtuFromCode(d[50] >> 4)
+		if c := d[50] >> 4; c <= ibMTUCodes {
+			m.mtu = mtuFromCode(c)
+		}
+		if ext := m.vflags & vFlagsMTUMask >> vFlagsMTUShift; ext != 0 && m.mtu == vroce.MTU4096 {
+			m.mtu = mtuFromCode(ibMTUCodes + ext)
+		}
+		m.vflags &^= vFlagsMTUMask
 		m.rnrRetry = d[50] & 7
 		m.srq = d[51]&(1<<3) != 0
 		m.ackTO = d[95] >> 3

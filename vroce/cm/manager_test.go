@@ -498,6 +498,10 @@ func TestParseMADRoundTrip(t *testing.T) {
 			srcIP: netip.MustParseAddr("10.0.0.1"), dstIP: netip.MustParseAddr("10.0.0.2"), srcPort: 5000, priv: []byte("56 bytes at most")},
 		{attr: attrREQ, localID: 2, qpn: 5, mtu: vroce.MTU256, vflags: vFlagPresent, srcIP: netip.MustParseAddr("fd00::1"), dstIP: netip.MustParseAddr("fd00::2"), priv: bytes.Repeat([]byte{9}, MaxPrivateData)},
 		{attr: attrREP, localID: 4, remoteID: 2, qpn: 0x10, psn: 0xffffff, mtu: vroce.MTU1024, respRes: 1, initDepth: 2, rnrRetry: 7, srq: true, vflags: vFlagPresent, guid: 9, priv: bytes.Repeat([]byte{1}, MaxAcceptPrivateData)},
+		// Extension MTUs, in a vRoCE REQ and REP.
+		{attr: attrREQ, localID: 3, qpn: 6, mtu: vroce.MTU32768, vflags: vFlagSACK | vFlagPiggyACK | vFlagPresent, srcIP: netip.MustParseAddr("127.0.0.1"), dstIP: netip.MustParseAddr("127.0.0.1")},
+		{attr: attrREQ, localID: 3, qpn: 6, mtu: vroce.MTU8192, vflags: vFlagPresent, srcIP: netip.MustParseAddr("127.0.0.1"), dstIP: netip.MustParseAddr("127.0.0.1")},
+		{attr: attrREP, localID: 4, remoteID: 3, qpn: 0x11, psn: 1, mtu: vroce.MTU16384, vflags: vFlagPiggyACK | vFlagPresent},
 		{attr: attrREJ, localID: 4, remoteID: 2, which: msgREP, reason: RejectConsumer, priv: []byte("no")},
 		{attr: attrMRA, localID: 4, remoteID: 2, which: msgREQ, timeout: 18},
 		{attr: attrRTU, localID: 2, remoteID: 4},
@@ -516,6 +520,27 @@ func TestParseMADRoundTrip(t *testing.T) {
 		if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", *want) {
 			t.Fatalf("%v round trip:\n got %+v\nwant %+v", want.attr, got, *want)
 		}
+	}
+}
+
+// A REQ offering an extension MTU says 4096 in the IB field, which is
+// all another CM (rdma_rxe's) reads; without the vRoCE marker the offer
+// is not seen, and a code beyond 4096 in the IB field is not believed.
+func TestExtensionMTUHidesFromOtherCMs(t *testing.T) {
+	var b [vroce.MADSize]byte
+	(&mad{attr: attrREQ, localID: 1, qpn: 2, mtu: vroce.MTU32768, vflags: vFlagsOffered, srcIP: netip.MustParseAddr("10.0.0.1"), dstIP: netip.MustParseAddr("10.0.0.2")}).marshal(&b)
+	d := b[madHeaderLen:]
+	if code := d[50] >> 4; code != 5 {
+		t.Fatalf("IB MTU field %d, want 5 (4096)", code)
+	}
+	d[4] = 0 // no vRoCE marker: another CM's REQ
+	var m mad
+	if err := parseMAD(b[:], &m); err != nil || m.mtu != vroce.MTU4096 {
+		t.Fatalf("as another CM's REQ: MTU %v, %v; want 4096", m.mtu, err)
+	}
+	d[50] = 8<<4 | d[50]&0xf // an extension code in the IB field
+	if err := parseMAD(b[:], &m); err != nil || m.mtu != 0 {
+		t.Fatalf("extension code in the IB field: MTU %v, %v; want none", m.mtu, err)
 	}
 }
 
@@ -839,5 +864,41 @@ func TestManagerProbe(t *testing.T) {
 	defer cancel()
 	if r, err := a.m.Probe(short, netip.MustParseAddrPort("127.0.0.3:1"), 0); err != nil || r != ProbeSilent {
 		t.Fatalf("nobody: %v %v", r, err)
+	}
+}
+
+// Over RDMA_CM, two vRoCE devices on a link that carries them agree on an
+// extension MTU: the smaller of what each offers, 4096 at most if either
+// behaves as rxe.
+func TestRDMACMNegotiatesExtensionMTU(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		accept Params
+		want   vroce.MTU
+	}{
+		{"both offer the largest", Params{}, vroce.MTU32768},
+		{"the acceptor stops at 8192", Params{MTU: vroce.MTU8192}, vroce.MTU8192},
+		{"the acceptor behaves as rxe", Params{GoBackN: true}, vroce.MTU4096},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, _ := simEnds(t, sim.Config{MTU: 40000}, Config{})
+			if got := a.dev.Attr().ActiveMTU; got != vroce.MTU32768 {
+				t.Fatalf("active MTU %v on a 40,000-byte sim link, want 32768", got)
+			}
+			l, _ := b.m.Listen(0, 0)
+			ctx, stop := context.WithCancel(context.Background())
+			served := serve(ctx, t, b, l, tc.accept)
+			qp := a.newQP(t)
+			if _, err := a.m.Connect(ctxFor(t, 10*time.Second), qp, b.dev.LocalAddr(), Params{}); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+			ids := <-served
+			for _, q := range []*vroce.QP{qp, ids[0].QP()} {
+				if got := q.Attr().PathMTU; got != tc.want {
+					t.Fatalf("QP %#x: path MTU %v, want %v", q.QPN(), got, tc.want)
+				}
+			}
+		})
 	}
 }

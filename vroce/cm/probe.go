@@ -76,7 +76,8 @@ func Probe(ctx context.Context, to netip.AddrPort, service uint16) (ProbeResult,
 		BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: vroce.GSIQPN},
 		DETH: wire.DETH{QKey: vroce.GSIQKey, SrcQP: vroce.GSIQPN},
 	}
-	out := make([]byte, vroce.MaxPacketSize)
+	const madPacket = vroce.MADSize + 128 // headers, ICRC and room to spare
+	out := make([]byte, madPacket)
 	hl, err := p.EncodeHeaders(out, vroce.MADSize)
 	if err != nil {
 		return 0, err
@@ -87,7 +88,7 @@ func Probe(ctx context.Context, to netip.AddrPort, service uint16) (ProbeResult,
 
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	in := make([]byte, vroce.MaxPacketSize)
+	in := make([]byte, madPacket)
 	for {
 		if _, err := c.Write(out); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
 			return 0, fmt.Errorf("cm: probe %v: %w", to, err)

@@ -158,10 +158,7 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 		return Peer{}, fmt.Errorf("cm: %d bytes of private data exceed %d", len(p.PrivateData), MaxPrivateData)
 	}
 	dev := qp.Device()
-	mtu := dev.Attr().ActiveMTU
-	if p.MTU != 0 {
-		mtu = min(mtu, p.MTU)
-	}
+	mtu := p.mtu(dev)
 	adv := p.Advertise
 	if !adv.IsValid() {
 		adv = dev.LocalAddr()

@@ -198,3 +198,39 @@ func FuzzReadHello(f *testing.F) {
 		}
 	})
 }
+
+// Over SOCKET, as over RDMA_CM: the smaller extension MTU of the two,
+// 4096 at most if either behaves as rxe; and data moves at it.
+func TestSocketNegotiatesExtensionMTU(t *testing.T) {
+	a, b := newEnd(t), newEnd(t)
+	pa, pb, errA, errB := connectBoth(t, a, b, Params{}, Params{Access: vroce.AccessRemoteWrite, MTU: vroce.MTU16384})
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if pa.MTU != vroce.MTU16384 || pb.MTU != vroce.MTU16384 || a.qp.Attr().PathMTU != vroce.MTU16384 || b.qp.Attr().PathMTU != vroce.MTU16384 {
+		t.Fatalf("negotiated %v and %v, want 16384 (loopback offers 32768)", pa.MTU, pb.MTU)
+	}
+	copy(a.mr.Bytes(), bytes.Repeat([]byte("x"), 40000))
+	if err := a.qp.PostSend(vroce.SendWR{Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.mr.SGE(0, 40000)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	wc := make([]vroce.WorkCompletion, 1)
+	if _, err := a.cq.PollWait(ctx, wc); err != nil || wc[0].Status != vroce.WCSuccess {
+		t.Fatalf("WRITE of three 16 KiB packets: %v %+v", err, wc[0])
+	}
+	_ = b.qp.State() // the responder wrote under the QP's lock
+	if !bytes.Equal(b.mr.Bytes()[:40000], a.mr.Bytes()[:40000]) {
+		t.Fatal("the WRITE's bytes differ")
+	}
+
+	c, d := newEnd(t), newEnd(t)
+	pc, pd, errC, errD := connectBoth(t, c, d, Params{}, Params{GoBackN: true})
+	if errC != nil || errD != nil {
+		t.Fatal(errC, errD)
+	}
+	if pc.MTU != vroce.MTU4096 || pd.MTU != vroce.MTU4096 {
+		t.Fatalf("with an end behaving as rxe: %v and %v, want 4096", pc.MTU, pd.MTU)
+	}
+}
