@@ -92,7 +92,20 @@ func PingPong(t testing.TB, a, b *Node, rounds, size int) {
 			return
 		}
 	}
+	// settle waits for n's sends to complete: a send's memory may be read
+	// again (a retransmission) until then, so it is not reused before.
+	settle := func(n *Node) {
+		for ; sends[n] > 0; sends[n]-- {
+			wc := WaitCompletions(t, n.CQ, 1, 30*time.Second)
+			MustSucceed(t, wc)
+			if wc[0].Opcode == vroce.WCRecv {
+				t.Fatalf("an unexpected receive: %+v", wc[0])
+			}
+		}
+	}
 	for i := 0; i < rounds; i++ {
+		settle(a)
+		settle(b)
 		recv(b, i, out)
 		recv(a, i, back)
 		Fill(a.Buf[out:out+size], byte(i+1))
@@ -106,9 +119,6 @@ func PingPong(t testing.TB, a, b *Node, rounds, size int) {
 			t.Fatalf("round %d: the echo differs", i)
 		}
 	}
-	for _, n := range []*Node{a, b} {
-		if k := sends[n]; k > 0 {
-			MustSucceed(t, WaitCompletions(t, n.CQ, k, 30*time.Second))
-		}
-	}
+	settle(a)
+	settle(b)
 }
