@@ -94,6 +94,25 @@ type ProviderConfig struct {
 	Options any
 }
 
+// OptionsAs is a provider's view of ProviderConfig.Options: a T or a *T
+// as given, the zero T when there are none, and otherwise an error that
+// names the provider and the type it wants.
+func OptionsAs[T any](provider string, options any) (T, error) {
+	var zero T
+	switch o := options.(type) {
+	case nil:
+		return zero, nil
+	case T:
+		return o, nil
+	case *T:
+		if o != nil {
+			return *o, nil
+		}
+		return zero, nil
+	}
+	return zero, fmt.Errorf("%s: options of type %T: want %T", provider, options, zero)
+}
+
 // OpenProviderFunc creates a provider from its configuration.
 type OpenProviderFunc func(ProviderConfig) (Provider, error)
 

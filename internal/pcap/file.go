@@ -38,12 +38,11 @@ func ReadUDP(path string) ([]Datagram, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s frame %d: %w", path, n, err)
 		}
-		d, ok := DecodeUDP(frame)
-		if !ok {
+		if _, ok := DecodeUDP(frame); !ok {
 			continue
 		}
 		raw := bytes.Clone(frame)
-		d, _ = DecodeUDP(raw) // the same datagram, in the copy
+		d, _ := DecodeUDP(raw) // the same datagram, in the copy
 		out = append(out, Datagram{Frame: n, Raw: raw, UDPDatagram: d})
 	}
 }

@@ -13,15 +13,9 @@ import (
 
 func init() {
 	vroce.RegisterProvider("afxdp", func(cfg vroce.ProviderConfig) (vroce.Provider, error) {
-		var opts Options
-		switch o := cfg.Options.(type) {
-		case nil:
-		case Options:
-			opts = o
-		case *Options:
-			opts = *o
-		default:
-			return nil, fmt.Errorf("afxdp: options of type %T: want afxdp.Options", cfg.Options)
+		opts, err := vroce.OptionsAs[Options]("afxdp", cfg.Options)
+		if err != nil {
+			return nil, err
 		}
 		if os.Getenv("VROCE_XDP_MODE") == "generic" {
 			opts.Generic = true

@@ -37,15 +37,9 @@ func init() {
 		if addr == "" {
 			addr = fmt.Sprintf(":%d", DefaultPort)
 		}
-		var opts Options
-		switch o := cfg.Options.(type) {
-		case nil:
-		case Options:
-			opts = o
-		case *Options:
-			opts = *o
-		default:
-			return nil, fmt.Errorf("udp: options of type %T: want udp.Options", cfg.Options)
+		opts, err := vroce.OptionsAs[Options]("udp", cfg.Options)
+		if err != nil {
+			return nil, err
 		}
 		if v := os.Getenv("VROCE_BUSY_POLL"); v != "" && opts.BusyPoll == 0 {
 			d, err := time.ParseDuration(v)
