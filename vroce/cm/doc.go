@@ -29,8 +29,10 @@
 // dialer learns whether a vRoCE service is behind host:port before it
 // speaks to a TCP server there.
 //
-// Both modes negotiate the path MTU (the smaller) and selective repeat
-// (when both ends speak it). A refused connection is a *RejectError, which
+// Both modes negotiate the path MTU (the smaller) and the vRoCE
+// extensions, each when both ends speak it: selective repeat, ACKs that
+// ride on requests, and path MTUs beyond 4096 (a REQ shows 4096 to any
+// other CM and offers more where only vRoCE looks). A refused connection is a *RejectError, which
 // is also syscall.ECONNREFUSED. Every connection made by a Manager ends
 // with Disconnect, the peer's, or Manager.Close; its QP is the caller's to
 // destroy after.
