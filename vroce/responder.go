@@ -458,6 +458,9 @@ func (r *responder) sendAtomicAck(qp *QP, out *txBatch, psn uint32, orig uint64)
 // sendHeaders sends a response without payload (but for a SACK trailer on
 // an ACK), addressed to the peer QP and carrying the current MSN.
 func (r *responder) sendHeaders(qp *QP, out *txBatch, p *wire.Packet, s *wire.SACK) {
+	if p.BTH.Opcode == wire.RCAcknowledge {
+		qp.stats.ACKsSent++
+	}
 	buf := qp.emit(out)
 	p.BTH.PKey, p.BTH.DestQP, p.AETH.MSN = wire.DefaultPKey, qp.attr.DestQPN, r.msn
 	trailer := 0

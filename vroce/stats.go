@@ -70,6 +70,7 @@ func (s *QPStats) add(q QPStats) {
 	s.RemoteAbortErr += q.RemoteAbortErr
 	s.SACKsSent += q.SACKsSent
 	s.SACKsRecv += q.SACKsRecv
+	s.ACKsSent += q.ACKsSent
 	s.PiggyACKsSent += q.PiggyACKsSent
 	s.PiggyACKsRecv += q.PiggyACKsRecv
 	s.HeldOutOfOrder += q.HeldOutOfOrder
@@ -99,6 +100,7 @@ type QPStats struct {
 	RemoteAbortErr   uint64 // NAKs other than sequence and RNR received
 	SACKsSent        uint64 // ACKs carrying selective acknowledgement blocks
 	SACKsRecv        uint64
+	ACKsSent         uint64 // RC_ACKNOWLEDGE datagrams: ACKs, NAKs, RNR NAKs
 	PiggyACKsSent    uint64 // ACKs that rode on a request instead of a datagram of their own
 	PiggyACKsRecv    uint64
 	HeldOutOfOrder   uint64 // requests kept out of order for selective repeat

@@ -281,6 +281,9 @@ func TestTransfersSurviveNetworkFaults(t *testing.T) {
 				if piggy := b.QP.Stats().PiggyACKsSent; mode.sr != (piggy > 0) || !mode.sr && a.QP.Stats().PiggyACKsSent != 0 {
 					t.Fatalf("piggybacked ACKs: %d sent by the echoing side (negotiated: %v)", piggy, mode.sr)
 				}
+				if b.QP.Stats().ACKsSent == 0 {
+					t.Fatal("the responder counted no ACK datagrams")
+				}
 			})
 		}
 	}

@@ -34,11 +34,14 @@ type result struct {
 	Timeouts    uint64  `json:"timeouts"`
 	// Transport state at the end: fast retransmissions and tail probes
 	// (selective repeat), the congestion window summed over QPs, SRTT.
-	FastRetransmits uint64  `json:"fast_retransmits"`
-	TailProbes      uint64  `json:"tail_probes"`
-	Spurious        uint64  `json:"spurious_timeouts"`
-	CWnd            int     `json:"cwnd_packets"`
-	SRTT            float64 `json:"srtt_us"`
+	FastRetransmits uint64 `json:"fast_retransmits"`
+	TailProbes      uint64 `json:"tail_probes"`
+	Spurious        uint64 `json:"spurious_timeouts"`
+	// ACKs this side sent, and how many of them rode on a request.
+	ACKs      uint64  `json:"acks_sent"`
+	PiggyACKs uint64  `json:"piggybacked_acks"`
+	CWnd      int     `json:"cwnd_packets"`
+	SRTT      float64 `json:"srtt_us"`
 	// conn_rate: memory per QP is the growth of the live Go heap and of
 	// the resident set over the run, per connected QP, on each end.
 	Mode             string  `json:"mode,omitempty"`
@@ -121,6 +124,9 @@ func (r *result) print(w io.Writer, asJSON bool) {
 	if r.Provider != "tcp" && r.Test[:7] != "stream_" {
 		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",
 			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, r.CWnd, r.SRTT)
+		if r.PiggyACKs > 0 {
+			fmt.Fprintf(w, " piggybacked ACKs %d of %d\n", r.PiggyACKs, r.ACKs+r.PiggyACKs)
+		}
 	}
 }
 

@@ -127,6 +127,8 @@ func (s *side) counters(r *result) {
 		r.FastRetransmits += st.FastRetransmits
 		r.TailProbes += st.TailProbes
 		r.Spurious += st.SpuriousTimeouts
+		r.ACKs += st.ACKsSent
+		r.PiggyACKs += st.PiggyACKsSent
 		r.CWnd += st.CWnd
 		r.SRTT = max(r.SRTT, float64(st.SRTT)/1e3)
 	}
