@@ -63,6 +63,12 @@ type stack struct {
 	posted  int
 	downs   []*stream // disconnect notices for the poller
 
+	// pollMu is held by whoever polls the CQ and dispatches (the stack's
+	// goroutine or the device's receive goroutine), so that a stream's
+	// completions are handled in order; wcs is its holder's.
+	pollMu sync.Mutex
+	wcs    []vroce.WorkCompletion
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -80,7 +86,7 @@ func openStack(c stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{dev: dev, streams: map[uint32]*stream{}, target: minPosted}
+	s := &stack{dev: dev, streams: map[uint32]*stream{}, target: minPosted, wcs: make([]vroce.WorkCompletion, 64)}
 	fail := func(err error) (*stack, error) { dev.Close(); return nil, err }
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return fail(err)
@@ -101,6 +107,7 @@ func openStack(c stackConfig) (*stack, error) {
 		s.cm.Close()
 		return fail(err)
 	}
+	s.cq.OnCompletion(s.onCompletions)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	liveStacks.Add(1)
@@ -339,19 +346,34 @@ func (s *stack) remove(st *stream) {
 	s.mu.Unlock()
 }
 
-// poll is the stack's goroutine: it hands every completion to its
-// stream and keeps the SRQ topped up.
+// poll is the stack's goroutine. Completions that arrive in a receive
+// batch are dispatched on the device's receive goroutine (onCompletions);
+// this goroutine takes the rest (a flush's, a timer's), the disconnect
+// notices, and the CQ's failure.
 func (s *stack) poll(ctx context.Context) {
 	defer s.wg.Done()
 	defer s.shutdown()
-	wcs := make([]vroce.WorkCompletion, 64)
 	for {
-		n, err := s.cq.Poll(wcs)
-		if err == nil && n == 0 {
-			err = s.idle(ctx)
-			if err == nil {
-				continue
+		s.pollMu.Lock()
+		// The notices first, the completions next, then the notices
+		// handled: every completion that came before a notice (the FIN
+		// and the data before the peer's DREQ) reaches its stream first,
+		// so that an orderly end is not taken for a reset.
+		s.mu.Lock()
+		downs := s.downs
+		s.downs = nil
+		s.mu.Unlock()
+		n, err := s.drainLocked()
+		if err == nil {
+			for _, st := range downs {
+				st.onDisconnect()
 			}
+		}
+		s.pollMu.Unlock()
+		if err == nil && n == 0 && len(downs) == 0 {
+			// A notice that comes while we wait wakes the CQ (Wake),
+			// and one that came since we looked makes Wait return.
+			err = s.cq.Wait(ctx)
 		}
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, vroce.ErrClosed) {
@@ -362,59 +384,74 @@ func (s *stack) poll(ctx context.Context) {
 			}
 			return
 		}
-		recvs := 0
-		for i := range wcs[:n] {
-			wc := &wcs[i]
-			s.mu.Lock()
-			st := s.streams[wc.QPN]
-			var b *buffer
-			if wc.Opcode == vroce.WCRecv {
-				b = s.takeRx(wc.ID)
-				recvs++
-			}
-			s.mu.Unlock()
-			switch {
-			case b != nil && (st == nil || wc.Status != vroce.WCSuccess):
-				if st != nil {
-					st.onError(wc.Status)
-				}
-				s.putBuf(b)
-			case b != nil:
-				st.onRecv(b, wc)
-			case st != nil:
-				st.onSendDone(wc.Status)
-			}
-		}
-		s.mu.Lock()
-		if recvs > 0 && s.srq.Len() < s.target/4 && s.target < maxPosted {
-			// Arrivals outran the top-up: the next burst would meet an
-			// empty SRQ and draw RNR NAKs.
-			s.target = min(2*s.target, maxPosted)
-		}
-		s.replenishLocked() // a failure leaves fewer posted; RNR covers it
-		s.mu.Unlock()
 	}
 }
 
-// idle runs when the CQ is empty: it hands the streams their disconnect
-// notices, then waits for a completion or another notice. A notice is
-// handled only here, after every completion that came before it (the FIN
-// and the data before the peer's DREQ), so that an orderly end is not
-// taken for a reset.
-func (s *stack) idle(ctx context.Context) error {
+// onCompletions is the CQ's completion handler (vroce.CQ.OnCompletion):
+// the device's receive goroutine hands what it just received to the
+// streams itself, so that data reaches a reader without a hand-off
+// through the stack's goroutine.
+func (s *stack) onCompletions() {
+	s.pollMu.Lock()
+	_, err := s.drainLocked()
+	s.pollMu.Unlock()
+	if err != nil {
+		s.cq.Wake() // the stack's goroutine deals with it
+	}
+}
+
+// drainLocked polls the CQ until it is empty and hands every completion
+// to its stream, under pollMu (which keeps each stream's completions in
+// order); it returns how many it took.
+func (s *stack) drainLocked() (int, error) {
+	total := 0
+	for {
+		n, err := s.cq.Poll(s.wcs)
+		if err != nil || n == 0 {
+			return total, err
+		}
+		s.dispatch(s.wcs[:n])
+		total += n
+		if n < len(s.wcs) {
+			return total, nil
+		}
+	}
+}
+
+// dispatch hands completions to their streams and keeps the SRQ topped
+// up.
+func (s *stack) dispatch(wcs []vroce.WorkCompletion) {
+	recvs := 0
+	for i := range wcs {
+		wc := &wcs[i]
+		s.mu.Lock()
+		st := s.streams[wc.QPN]
+		var b *buffer
+		if wc.Opcode == vroce.WCRecv {
+			b = s.takeRx(wc.ID)
+			recvs++
+		}
+		s.mu.Unlock()
+		switch {
+		case b != nil && (st == nil || wc.Status != vroce.WCSuccess):
+			if st != nil {
+				st.onError(wc.Status)
+			}
+			s.putBuf(b)
+		case b != nil:
+			st.onRecv(b, wc)
+		case st != nil:
+			st.onSendDone(wc.Status)
+		}
+	}
 	s.mu.Lock()
-	downs := s.downs
-	s.downs = nil
+	if recvs > 0 && s.srq.Len() < s.target/4 && s.target < maxPosted {
+		// Arrivals outran the top-up: the next burst would meet an
+		// empty SRQ and draw RNR NAKs.
+		s.target = min(2*s.target, maxPosted)
+	}
+	s.replenishLocked() // a failure leaves fewer posted; RNR covers it
 	s.mu.Unlock()
-	for _, st := range downs {
-		st.onDisconnect()
-	}
-	if len(downs) > 0 {
-		return nil
-	}
-	// A notice that comes while we wait wakes the CQ (Wake), and one that
-	// came since we looked makes this Wait return at once.
-	return s.cq.Wait(ctx)
 }
 
 // onCMEvent hears of RDMA_CM disconnects (on the device's receive

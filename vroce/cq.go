@@ -28,6 +28,11 @@ type CQ struct {
 	others chan struct{}
 	nwait  int
 	woken  bool // Wake was called: the next Wait returns at once
+	// onCompletion, when set, runs on the device's receive goroutine
+	// after a receive batch that pushed completions here; those do not
+	// wake waiters (see OnCompletion). handlerDue: it is to run.
+	onCompletion func()
+	handlerDue   bool
 }
 
 // CreateCQ creates a completion queue that holds up to depth completions.
@@ -99,10 +104,85 @@ func (cq *CQ) push(wc *WorkCompletion) bool {
 	}
 	cq.ring[(cq.head+cq.n)%len(cq.ring)] = *wc
 	cq.n++
+	if cq.onCompletion != nil && cq.dev.handlers.add(cq) {
+		cq.mu.Unlock()
+		return true
+	}
 	cq.wakeLocked()
 	cq.mu.Unlock()
 	return true
 }
+
+// OnCompletion has f run on the device's receive goroutine, outside every
+// lock of the device, after a batch of received packets that pushed
+// completions to the CQ: a program that takes completions as events (an
+// rsocket stack, say) handles them there, without a goroutine hand-off
+// per message. Those completions do not wake Wait; completions that other
+// goroutines push (a timer's, a flush's) still do. f must not block for
+// long: the whole device waits for it. nil removes the handler.
+func (cq *CQ) OnCompletion(f func()) {
+	cq.mu.Lock()
+	cq.onCompletion = f
+	cq.mu.Unlock()
+}
+
+// handlerQueue is the device's list of CQs whose completion handler is to
+// run at the end of the receive batch in progress.
+type handlerQueue struct {
+	mu      sync.Mutex
+	inBatch bool
+	due     []*CQ
+}
+
+// add queues cq's handler if a receive batch is in progress (under
+// cq.mu), reporting whether it did: if not, the caller wakes waiters.
+func (h *handlerQueue) add(cq *CQ) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.inBatch {
+		return false
+	}
+	if !cq.handlerDue {
+		cq.handlerDue = true
+		h.due = append(h.due, cq)
+	}
+	return true
+}
+
+// begin marks a receive batch in progress.
+func (h *handlerQueue) begin() {
+	h.mu.Lock()
+	h.inBatch = true
+	h.mu.Unlock()
+}
+
+// end closes the batch and runs the handlers it made due; due is the
+// caller's scratch slice, returned for reuse with its length saying how
+// many ran (ranHandlers).
+func (h *handlerQueue) end(due []*CQ) []*CQ {
+	h.mu.Lock()
+	h.inBatch = false
+	due, h.due = h.due, due[:0]
+	h.mu.Unlock()
+	for i, cq := range due {
+		cq.mu.Lock()
+		cq.handlerDue = false
+		f := cq.onCompletion
+		if f == nil {
+			cq.wakeLocked() // removed since: the completions still need a waiter
+		}
+		cq.mu.Unlock()
+		if f != nil {
+			f()
+		}
+		due[i] = nil
+	}
+	return due
+}
+
+// ranHandlers reports whether end ran any handler; due is what end
+// returned.
+func ranHandlers(due []*CQ) bool { return len(due) > 0 }
 
 func (cq *CQ) grow() {
 	size := min(max(2*len(cq.ring), 16), cq.depth)

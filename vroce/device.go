@@ -66,6 +66,7 @@ type Device struct {
 	// handedOff: a completion woke a waiting goroutine since the
 	// receive loop last looked (set by CQ.push).
 	handedOff atomic.Bool
+	handlers  handlerQueue // CQ completion handlers due after a batch
 	done      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -242,6 +243,7 @@ func (d *Device) rxLoop() {
 	bufs := make([]byte, n*size)
 	out := d.getBatch()
 	defer d.putBatch(out)
+	var due []*CQ // the handlers a batch made due, reused
 	for {
 		for i := range pkts {
 			pkts[i].Data = bufs[i*size : (i+1)*size]
@@ -258,8 +260,12 @@ func (d *Device) rxLoop() {
 			}
 			continue
 		}
+		d.handlers.begin()
 		for i := range pkts[:got] {
 			d.receive(&pkts[i], out)
+		}
+		if due = d.handlers.end(due); ranHandlers(due) {
+			d.handedOff.Store(true) // a handler may have woken someone
 		}
 		if d.handedOff.Swap(false) && out.piggy {
 			// A completion woke a goroutine: let it run first. A reply
