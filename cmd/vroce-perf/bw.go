@@ -130,7 +130,10 @@ func (s *side) clientBW(peer info) (*result, error) {
 	p := newPoller(s.cq, 256)
 	defer p.close()
 	prog := &progress{side: s, test: cfg.Test, start: time.Now(), last: time.Now(), total: cfg.Iters, quiet: cfg.quietProg}
-	wrs := make([]vroce.SendWR, 0, 32)
+	// Everything the send queue has room for goes in one post, as a
+	// work request list: what tx-depth allows in flight, posted at once.
+	wrs := make([]vroce.SendWR, 0, cfg.TxDepth)
+	sges := make([]vroce.SGE, cfg.TxDepth) // one per request, reused
 	start := time.Now()
 	for totalDone < cfg.Iters {
 		for q, qp := range s.qps {
@@ -145,8 +148,10 @@ func (s *side) clientBW(peer info) (*result, error) {
 				if cfg.Verify && op != vroce.WRRDMARead {
 					pattern(s.buf[off:off+cfg.Size], i)
 				}
+				sge := &sges[len(wrs)]
+				*sge = s.mr.SGE(off, cfg.Size)
 				wrs = append(wrs, vroce.SendWR{ID: uint64(q), Opcode: op, Flags: vroce.SendSignaled, Imm: uint32(k),
-					SGL: []vroce.SGE{s.mr.SGE(off, cfg.Size)}, RemoteAddr: peer.VA + uint64(off), RKey: peer.RKey})
+					SGL: sges[len(wrs) : len(wrs)+1], RemoteAddr: peer.VA + uint64(off), RKey: peer.RKey})
 				posted[q]++
 			}
 			if len(wrs) > 0 {
