@@ -319,17 +319,10 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 		d.stats.rxMalformed.Add(1)
 		return
 	}
-	// The ICRC covers headers rebuilt from the addresses (see wire.Flow).
-	// A device listening on all addresses does not learn which of its
-	// addresses a datagram was sent to: an RC QP checks against its flow
-	// (qp.receive); for UD it cannot be known, and the UDP checksum, which
-	// every vRoCE sender sets, guards the payload.
-	if !d.local.Addr().IsUnspecified() && !(wire.Flow{Src: pkt.Addr, Dst: d.local}).Check(pkt.Data) {
-		d.stats.rxBadICRC.Add(1)
-		return
-	}
 	if p.BTH.DestQP == GSIQPN {
-		d.receiveGSI(&p, pkt.Addr)
+		if d.checkICRC(pkt) {
+			d.receiveGSI(&p, pkt.Addr)
+		}
 		return
 	}
 	v, ok := d.qpTable.Load(p.BTH.DestQP)
@@ -337,7 +330,24 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 		d.stats.rxNoQP.Add(1)
 		return
 	}
-	v.(*QP).receive(&p, pkt.Data, pkt.Addr, out)
+	qp := v.(*QP)
+	if qp.typ != RC && !d.checkICRC(pkt) { // an RC QP checks with its own Sealer
+		return
+	}
+	qp.receive(&p, pkt.Data, pkt.Addr, out)
+}
+
+// checkICRC checks a packet for UD or QP1 and counts a bad one. The ICRC
+// covers headers rebuilt from the addresses (see wire.Flow). A device
+// listening on all addresses does not learn which of its addresses a
+// datagram was sent to, so for UD it cannot check; the UDP checksum,
+// which every vRoCE sender sets, guards the payload.
+func (d *Device) checkICRC(pkt *Packet) bool {
+	if d.local.Addr().IsUnspecified() || (wire.Flow{Src: pkt.Addr, Dst: d.local}).Check(pkt.Data) {
+		return true
+	}
+	d.stats.rxBadICRC.Add(1)
+	return false
 }
 
 func (d *Device) getBatch() *txBatch  { return d.batches.Get().(*txBatch) }
@@ -413,16 +423,22 @@ func (b *txBatch) addLent(qp *QP, hl int, body []byte, trailer int) {
 	tail := buf[hl : hl+trailer+wire.PadCount(len(body))+wire.ICRCLen]
 	clear(tail[trailer:])
 	head := buf[:hl:hl]
-	qp.flow.SealSplit(head, body, tail)
+	qp.txSeal.SealSplit(head, body, tail)
 	b.pkts = append(b.pkts, Packet{Data: head, Body: body, Tail: tail, Addr: qp.flow.Dst, Coalesce: qp.attr.SelectiveRepeat})
 	b.flows = append(b.flows, qp.flow)
 }
 
-// addFor is add for a packet of qp's: one a vRoCE peer receives (the QP
-// negotiated selective repeat) may be coalesced by the provider.
-func (b *txBatch) addFor(qp *QP, n int) {
-	b.add(qp.flow, n)
-	b.pkts[len(b.pkts)-1].Coalesce = qp.attr.SelectiveRepeat
+// addFor is add for a packet of qp's, sealed by the QP's Sealer: one a
+// vRoCE peer receives (the QP negotiated selective repeat) may be
+// coalesced by the provider.
+func (b *txBatch) addFor(qp *QP, n int) { b.addSealed(qp, n, qp.attr.SelectiveRepeat) }
+
+// addSealed is add for a packet of qp's, sealed by the QP's Sealer.
+func (b *txBatch) addSealed(qp *QP, n int, coalesce bool) {
+	data := b.bufs[len(b.pkts)][:n]
+	qp.txSeal.Seal(data)
+	b.pkts = append(b.pkts, Packet{Data: data, Addr: qp.flow.Dst, Coalesce: coalesce})
+	b.flows = append(b.flows, qp.flow)
 }
 
 // EventType is the kind of an asynchronous event (ibv_event_type).

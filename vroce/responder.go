@@ -471,7 +471,7 @@ func (r *responder) sendHeaders(qp *QP, out *txBatch, p *wire.Packet, s *wire.SA
 	if trailer > 0 {
 		n += s.Encode(buf[n:])
 	}
-	out.add(qp.flow, wire.Finish(buf, n))
+	out.addSealed(qp, wire.Finish(buf, n), false) // ACKs leave one by one
 	qp.stats.TxPackets++
 }
 

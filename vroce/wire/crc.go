@@ -16,6 +16,9 @@ import (
 // PCLMULQDQ") turns the bulk into 16 bytes that leave the same CRC
 // remainder; the standard library finishes from there.
 func updateIEEE(crc uint32, p []byte) uint32 {
+	if len(p) < slicingMax {
+		return updateSlicing8(crc, p) // no dispatch: most of a short input's cost
+	}
 	if !haveFold256 || len(p) < foldMin {
 		return crc32.Update(crc, crc32.IEEETable, p)
 	}
@@ -30,8 +33,9 @@ func updateIEEE(crc uint32, p []byte) uint32 {
 }
 
 const (
-	foldBlock = 128 // bytes folded per step: four 256-bit accumulators
-	foldMin   = 512 // below this the standard library is as fast
+	slicingMax = 96  // below this slicing-by-8 beats hash/crc32's call
+	foldBlock  = 128 // bytes folded per step: four 256-bit accumulators
+	foldMin    = 512 // below this the standard library is as fast
 )
 
 // foldKeys are the multipliers that move a 16-byte lane forward: the low

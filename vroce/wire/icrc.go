@@ -35,10 +35,23 @@ func ICRC(ipHdr, udpHdr, pkt []byte) (uint32, bool) {
 // icrc computes the ICRC of the packet whose bytes before the ICRC are
 // head, then body, then tail; head holds at least the BTH.
 func icrc(ipHdr, udpHdr, head, body, tail []byte) (uint32, bool) {
-	if len(head) < BTHLen || len(udpHdr) < udpHdrLen || len(ipHdr) == 0 || len(ipHdr) > maxIPHdrLen {
+	if len(head) < BTHLen {
 		return 0, false
 	}
-	pkt := head
+	crc, ok := headersCRC(ipHdr, udpHdr)
+	if !ok {
+		return 0, false
+	}
+	return icrcFrom(crc, head, body, tail), true
+}
+
+// headersCRC is the CRC of the ICRC's pseudo packet up to the BTH: eight
+// ones for the LRH, then the IP and UDP headers with their variant fields
+// set to ones.
+func headersCRC(ipHdr, udpHdr []byte) (uint32, bool) {
+	if len(udpHdr) < udpHdrLen || len(ipHdr) == 0 || len(ipHdr) > maxIPHdrLen {
+		return 0, false
+	}
 	var buf [pseudoLRHLen + maxIPHdrLen + udpHdrLen + BTHLen]byte
 	n := copy(buf[:], allOnes[:pseudoLRHLen])
 	ip := buf[n : n+len(ipHdr)]
@@ -64,12 +77,19 @@ func icrc(ipHdr, udpHdr, head, body, tail []byte) (uint32, bool) {
 	n += len(ipHdr)
 	n += copy(buf[n:], udpHdr[:udpHdrLen])
 	buf[n-2], buf[n-1] = 0xff, 0xff // UDP checksum
-	n += copy(buf[n:], pkt[:BTHLen])
-	buf[n-BTHLen+4] = 0xff // BTH resv8a
-	crc := updatePrefix(0, &buf, n)
+	return updatePrefix(0, &buf, n), true
+}
+
+// icrcFrom continues the CRC of the headers (headersCRC) over the BTH,
+// resv8a set to ones, and the rest of the packet before its ICRC.
+func icrcFrom(crc uint32, head, body, tail []byte) uint32 {
+	var bth [BTHLen]byte
+	copy(bth[:], head[:BTHLen])
+	bth[4] = 0xff // resv8a
+	crc = updateSlicing8(crc, bth[:])
 	crc = updateIEEE(crc, head[BTHLen:])
 	crc = updateIEEE(crc, body)
-	return updateIEEE(crc, tail), true
+	return updateIEEE(crc, tail)
 }
 
 // updatePrefix runs the CRC over the masked headers here, eight bytes a
@@ -182,6 +202,59 @@ func (f Flow) Seal(pkt []byte) bool {
 		binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], crc)
 	}
 	return ok
+}
+
+// Sealer seals and checks the packets of one flow, keeping the CRC of the
+// pseudo headers for the last packet length it saw: a flow's packets come
+// in a few sizes (full ones, ACKs), and the headers are most of a small
+// packet's ICRC. Its methods are Flow's; one goroutine at a time uses it.
+type Sealer struct {
+	Flow Flow
+	n    int    // the packet length crc is for; 0 for none
+	crc  uint32 // headersCRC for packets of n bytes
+}
+
+func (s *Sealer) headers(n int) (uint32, bool) {
+	if n == s.n && n != 0 {
+		return s.crc, true
+	}
+	var b [MaxHeaderSpace]byte
+	ip, udp, ok := s.Flow.Headers(&b, n)
+	if !ok {
+		return 0, false
+	}
+	crc, ok := headersCRC(ip, udp)
+	if ok {
+		s.n, s.crc = n, crc
+	}
+	return crc, ok
+}
+
+// Seal is Flow.Seal.
+func (s *Sealer) Seal(pkt []byte) bool {
+	return s.SealSplit(pkt[:max(len(pkt)-ICRCLen, 0)], nil, pkt[max(len(pkt)-ICRCLen, 0):])
+}
+
+// SealSplit is Flow.SealSplit.
+func (s *Sealer) SealSplit(head, body, tail []byte) bool {
+	if len(head) < BTHLen || len(tail) < ICRCLen {
+		return false
+	}
+	crc, ok := s.headers(len(head) + len(body) + len(tail))
+	if ok {
+		crc = icrcFrom(crc, head, body, tail[:len(tail)-ICRCLen])
+		binary.LittleEndian.PutUint32(tail[len(tail)-ICRCLen:], crc)
+	}
+	return ok
+}
+
+// Check is Flow.Check.
+func (s *Sealer) Check(pkt []byte) bool {
+	if len(pkt) < BTHLen+ICRCLen {
+		return false
+	}
+	crc, ok := s.headers(len(pkt))
+	return ok && binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]) == icrcFrom(crc, pkt[:len(pkt)-ICRCLen], nil, nil)
 }
 
 // SealSplit seals a packet sent in three pieces, head then body then
