@@ -157,8 +157,7 @@ func (h *handlerQueue) begin() {
 }
 
 // end closes the batch and runs the handlers it made due; due is the
-// caller's scratch slice, returned for reuse with its length saying how
-// many ran (ranHandlers).
+// caller's scratch slice, returned for reuse, its length how many ran.
 func (h *handlerQueue) end(due []*CQ) []*CQ {
 	h.mu.Lock()
 	h.inBatch = false
@@ -179,10 +178,6 @@ func (h *handlerQueue) end(due []*CQ) []*CQ {
 	}
 	return due
 }
-
-// ranHandlers reports whether end ran any handler; due is what end
-// returned.
-func ranHandlers(due []*CQ) bool { return len(due) > 0 }
 
 func (cq *CQ) grow() {
 	size := min(max(2*len(cq.ring), 16), cq.depth)

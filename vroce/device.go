@@ -264,7 +264,7 @@ func (d *Device) rxLoop() {
 		for i := range pkts[:got] {
 			d.receive(&pkts[i], out)
 		}
-		if due = d.handlers.end(due); ranHandlers(due) {
+		if due = d.handlers.end(due); len(due) > 0 {
 			d.handedOff.Store(true) // a handler may have woken someone
 		}
 		if d.handedOff.Swap(false) && out.piggy {

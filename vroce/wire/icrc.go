@@ -235,7 +235,11 @@ func (s *Sealer) Seal(pkt []byte) bool {
 	return s.SealSplit(pkt[:max(len(pkt)-ICRCLen, 0)], nil, pkt[max(len(pkt)-ICRCLen, 0):])
 }
 
-// SealSplit is Flow.SealSplit.
+// SealSplit seals a packet sent in three pieces, head then body then
+// tail, where head holds at least the BTH and tail ends in the ICRC (a
+// payload lent from registered memory travels as body, uncopied). It
+// writes the ICRC into tail's last four bytes and reports false when the
+// flow mixes address families or the pieces are too short.
 func (s *Sealer) SealSplit(head, body, tail []byte) bool {
 	if len(head) < BTHLen || len(tail) < ICRCLen {
 		return false
@@ -255,27 +259,6 @@ func (s *Sealer) Check(pkt []byte) bool {
 	}
 	crc, ok := s.headers(len(pkt))
 	return ok && binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]) == icrcFrom(crc, pkt[:len(pkt)-ICRCLen], nil, nil)
-}
-
-// SealSplit seals a packet sent in three pieces, head then body then
-// tail, where head holds at least the BTH and tail ends in the ICRC
-// (a payload lent from registered memory travels as body, uncopied).
-// It writes the ICRC into tail's last four bytes and reports false when
-// f mixes address families or the pieces are too short.
-func (f Flow) SealSplit(head, body, tail []byte) bool {
-	if len(tail) < ICRCLen {
-		return false
-	}
-	var b [MaxHeaderSpace]byte
-	ip, udp, ok := f.Headers(&b, len(head)+len(body)+len(tail))
-	if !ok {
-		return false
-	}
-	crc, ok := icrc(ip, udp, head, body, tail[:len(tail)-ICRCLen])
-	if ok {
-		binary.LittleEndian.PutUint32(tail[len(tail)-ICRCLen:], crc)
-	}
-	return ok
 }
 
 // Check reports whether pkt's ICRC is right for f.

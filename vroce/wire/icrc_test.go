@@ -87,14 +87,15 @@ func TestSealSplitMatchesSeal(t *testing.T) {
 		body := append([]byte(nil), whole[h:t2]...)
 		tail := append([]byte(nil), whole[t2:end]...)
 		tail = append(tail, 0, 0, 0, 0)
-		if !f.SealSplit(head, body, tail) {
+		s := wire.Sealer{Flow: f}
+		if !s.SealSplit(head, body, tail) {
 			t.Fatal("SealSplit refused the packet")
 		}
 		if got, want := tail[len(tail)-wire.ICRCLen:], whole[end:]; string(got) != string(want) {
 			t.Fatalf("%d-byte packet split at %d and %d: ICRC %x, want %x", len(whole), h, t2, got, want)
 		}
 	}
-	if flows[0].SealSplit(make([]byte, wire.BTHLen), nil, make([]byte, 3)) {
+	if (&wire.Sealer{Flow: flows[0]}).SealSplit(make([]byte, wire.BTHLen), nil, make([]byte, 3)) {
 		t.Fatal("SealSplit accepted a tail too short for the ICRC")
 	}
 }
