@@ -6,7 +6,9 @@
 package clock
 
 import (
+	"math"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -20,16 +22,23 @@ import (
 // is in milliseconds. Waiting parks the goroutine, not a thread: a
 // thread blocked in read(2) instead (tried first) kept the runtime's
 // monitor retaking its processor every 20 us.
+//
+// Waiting never reads the timerfd. Arming it again (timerfd_settime)
+// clears an expiry, and Wait asks Go's clock instead whether the
+// deadline has passed: an expiry the poller reported before a Wait
+// began would otherwise be lost to it, and the two reads it replaces
+// were most of what a wake-up for a stale deadline cost.
 type Clock struct {
 	f         *os.File
 	rc        syscall.RawConn
-	monoEpoch int64 // CLOCK_MONOTONIC at the device epoch, ns
+	epoch     time.Time
+	monoEpoch int64        // CLOCK_MONOTONIC at the epoch, ns (never early: see New)
+	armed     atomic.Int64 // the deadline, ns since the epoch
 	// The functions handed to rc, made once: a closure made per call
 	// would be an allocation per packet sent.
 	spec   unix.ItimerSpec
 	set    func(fd uintptr)
-	buf    [8]byte
-	expire func(fd uintptr) bool
+	passed func(fd uintptr) bool
 }
 
 func New(epoch time.Time) (*Clock, error) {
@@ -52,12 +61,12 @@ func New(epoch time.Time) (*Clock, error) {
 		f.Close()
 		return nil, os.NewSyscallError("clock_gettime", err)
 	}
-	c := &Clock{f: f, rc: rc, monoEpoch: ts.Nano() - int64(since)}
+	c := &Clock{f: f, rc: rc, epoch: epoch, monoEpoch: ts.Nano() - int64(since)}
+	c.armed.Store(math.MaxInt64)
 	c.set = func(fd uintptr) { _ = unix.TimerfdSettime(int(fd), unix.TFD_TIMER_ABSTIME, &c.spec, nil) }
-	c.expire = func(fd uintptr) bool {
-		_, err := unix.Read(int(fd), c.buf[:])
-		return err != unix.EAGAIN
-	}
+	// The kernel fires at monoEpoch + armed, which is never before Go's
+	// clock reads armed: once it has fired, this says so.
+	c.passed = func(uintptr) bool { return int64(time.Since(c.epoch)) >= c.armed.Load() }
 	return c, nil
 }
 
@@ -65,13 +74,15 @@ func New(epoch time.Time) (*Clock, error) {
 // It may run concurrently with Wait and Close, not with itself (callers
 // share a lock); after Close it does nothing.
 func (c *Clock) Arm(at int64) {
-	c.spec.Value = unix.NsecToTimespec(c.monoEpoch + max(at, 1))
+	at = max(at, 1)
+	c.armed.Store(at) // before the kernel can fire for it
+	c.spec.Value = unix.NsecToTimespec(c.monoEpoch + at)
 	_ = c.rc.Control(c.set)
 }
 
 // Wait blocks until the deadline passes or the clock is closed. One
 // goroutine waits.
-func (c *Clock) Wait() { _ = c.rc.Read(c.expire) }
+func (c *Clock) Wait() { _ = c.rc.Read(c.passed) }
 
 // Close releases the clock and wakes a Wait in progress.
 func (c *Clock) Close() { c.f.Close() }

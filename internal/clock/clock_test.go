@@ -69,3 +69,31 @@ func TestCloseWakesAWait(t *testing.T) {
 		t.Fatal("Close did not wake the waiter")
 	}
 }
+
+// A deadline that passed while nobody waited (the poller may have seen
+// the expiry and had no one to tell) ends the next Wait at once.
+func TestADeadlinePassedBeforeWaitIsNotLost(t *testing.T) {
+	epoch := time.Now()
+	c, err := clock.New(epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, ahead := range []time.Duration{-time.Millisecond, 200 * time.Microsecond} {
+		at := time.Since(epoch) + ahead
+		c.Arm(int64(at))
+		for time.Since(epoch) < at+2*time.Millisecond {
+			time.Sleep(time.Millisecond) // let it expire with no one waiting
+		}
+		woke := make(chan struct{})
+		go func() {
+			c.Wait()
+			close(woke)
+		}()
+		select {
+		case <-woke:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("a deadline %v ahead, passed before Wait: Wait did not return", ahead)
+		}
+	}
+}
