@@ -15,6 +15,7 @@ type Clock struct {
 	t     *time.Timer
 	wake  chan struct{}
 	done  chan struct{}
+	once  sync.Once
 }
 
 func New(epoch time.Time) (*Clock, error) {
@@ -47,6 +48,8 @@ func (c *Clock) Wait() {
 
 // Close releases the clock and wakes a Wait in progress.
 func (c *Clock) Close() {
-	c.t.Stop()
-	close(c.done)
+	c.once.Do(func() {
+		c.t.Stop()
+		close(c.done)
+	})
 }

@@ -7,13 +7,40 @@ import (
 	"vroce.dev/internal/clock"
 )
 
-func TestWaitReturnsNoSoonerThanTheDeadline(t *testing.T) {
+// open makes a clock on an epoch of now, closed with the test.
+func open(t *testing.T) (*clock.Clock, time.Time) {
+	t.Helper()
 	epoch := time.Now()
 	c, err := clock.New(epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(c.Close)
+	return c, epoch
+}
+
+// waitAside runs c.Wait on another goroutine; the channel closes when it
+// returns.
+func waitAside(c *clock.Clock) <-chan struct{} {
+	woke := make(chan struct{})
+	go func() {
+		c.Wait()
+		close(woke)
+	}()
+	return woke
+}
+
+func mustWake(t *testing.T, woke <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-woke:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not wake the waiter", what)
+	}
+}
+
+func TestWaitReturnsNoSoonerThanTheDeadline(t *testing.T) {
+	c, epoch := open(t)
 	for _, d := range []time.Duration{50 * time.Microsecond, 300 * time.Microsecond, 2 * time.Millisecond} {
 		at := time.Since(epoch) + d
 		c.Arm(int64(at))
@@ -27,73 +54,34 @@ func TestWaitReturnsNoSoonerThanTheDeadline(t *testing.T) {
 // TestArmingEarlierMovesAWaitInProgress: a deadline an hour away, then,
 // from another goroutine, one now: the waiter wakes.
 func TestArmingEarlierMovesAWaitInProgress(t *testing.T) {
-	epoch := time.Now()
-	c, err := clock.New(epoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, epoch := open(t)
 	c.Arm(int64(time.Since(epoch) + time.Hour))
-	woke := make(chan struct{})
-	go func() {
-		c.Wait()
-		close(woke)
-	}()
+	woke := waitAside(c)
 	c.Arm(int64(time.Since(epoch) + time.Millisecond))
-	select {
-	case <-woke:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the earlier deadline did not wake the waiter")
-	}
+	mustWake(t, woke, "the earlier deadline")
 }
 
 // TestCloseWakesAWait: a waiter on a deadline an hour away returns when
 // the clock is closed.
 func TestCloseWakesAWait(t *testing.T) {
-	epoch := time.Now()
-	c, err := clock.New(epoch)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, epoch := open(t)
 	c.Arm(int64(time.Since(epoch) + time.Hour))
-	woke := make(chan struct{})
-	go func() {
-		c.Wait()
-		close(woke)
-	}()
+	woke := waitAside(c)
 	c.Close()
 	c.Arm(1) // after Close: does nothing, and must not touch a reused descriptor
-	select {
-	case <-woke:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Close did not wake the waiter")
-	}
+	mustWake(t, woke, "Close")
 }
 
 // A deadline that passed while nobody waited (the poller may have seen
 // the expiry and had no one to tell) ends the next Wait at once.
 func TestADeadlinePassedBeforeWaitIsNotLost(t *testing.T) {
-	epoch := time.Now()
-	c, err := clock.New(epoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, epoch := open(t)
 	for _, ahead := range []time.Duration{-time.Millisecond, 200 * time.Microsecond} {
 		at := time.Since(epoch) + ahead
 		c.Arm(int64(at))
 		for time.Since(epoch) < at+2*time.Millisecond {
 			time.Sleep(time.Millisecond) // let it expire with no one waiting
 		}
-		woke := make(chan struct{})
-		go func() {
-			c.Wait()
-			close(woke)
-		}()
-		select {
-		case <-woke:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("a deadline %v ahead, passed before Wait: Wait did not return", ahead)
-		}
+		mustWake(t, waitAside(c), "a deadline passed before Wait")
 	}
 }
