@@ -184,24 +184,11 @@ func (f Flow) Headers(b *[MaxHeaderSpace]byte, n int) (ip, udp []byte, ok bool) 
 	return ip, udp, true
 }
 
-// ICRC computes pkt's ICRC as sent on f.
-func (f Flow) ICRC(pkt []byte) (uint32, bool) {
-	var b [MaxHeaderSpace]byte
-	ip, udp, ok := f.Headers(&b, len(pkt))
-	if !ok {
-		return 0, false
-	}
-	return ICRC(ip, udp, pkt)
-}
-
 // Seal writes pkt's ICRC into its last four bytes. It reports false when f
 // mixes address families or pkt is too short.
 func (f Flow) Seal(pkt []byte) bool {
-	crc, ok := f.ICRC(pkt)
-	if ok {
-		binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], crc)
-	}
-	return ok
+	s := Sealer{Flow: f}
+	return s.Seal(pkt)
 }
 
 // Sealer seals and checks the packets of one flow, keeping the CRC of the
@@ -263,8 +250,8 @@ func (s *Sealer) Check(pkt []byte) bool {
 
 // Check reports whether pkt's ICRC is right for f.
 func (f Flow) Check(pkt []byte) bool {
-	crc, ok := f.ICRC(pkt)
-	return ok && binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]) == crc
+	s := Sealer{Flow: f}
+	return s.Check(pkt)
 }
 
 // CheckICRC reports whether pkt's ICRC is right for the IP and UDP headers
