@@ -133,6 +133,15 @@ type requester struct {
 	rnrLeft     int
 	rnrWait     bool
 	undo        float64 // the window before the last timeout, while it may prove spurious
+	// lossAt is when the path last lost a packet, as far as the
+	// requester can tell (see quietProbeFloor). A timer's resend of
+	// probedPSN counts as a loss (suspected) unless the responder reports
+	// that PSN arrived twice: lossAt then goes back to lossUndo, its
+	// value before the PSN was first resent. A resend of another PSN
+	// ends the suspicion: no report came.
+	lossAt, lossUndo int64
+	probedPSN        uint32
+	suspected        bool
 
 	drainReported bool
 }
@@ -456,9 +465,18 @@ func (r *requester) armTimers(qp *QP, now int64) {
 	} else if r.backoff == 0 && r.probeAt == 0 {
 		// Always ahead of the RTO: a steady RTT makes RTTVAR, and the
 		// RTO, small against two SRTTs.
-		r.probeAt = min(now+r.rtt.pto(), r.rtoAt-rto/4)
+		r.probeAt = min(now+r.rtt.pto(r.probeFloor(now)), r.rtoAt-rto/4)
 	}
 	r.schedule(qp)
+}
+
+// probeFloor is the soonest a loss probe may fire: fast only on a path
+// that lost packets within lossMemory.
+func (r *requester) probeFloor(now int64) int64 {
+	if r.lossAt != 0 && now-r.lossAt < lossMemory {
+		return 0
+	}
+	return quietProbeFloor
 }
 
 // schedule asks the device timer for the earliest deadline.
@@ -614,6 +632,9 @@ func (r *requester) onAck(qp *QP, p *wire.Packet, now int64) {
 		var sack wire.SACK
 		if len(p.Payload) > 0 && wire.ParseSACK(&sack, p.Payload) {
 			qp.stats.SACKsRecv++
+			if first := sack.Blocks[0]; sack.N > 0 && first.Count == 1 && psnDiff(first.First, psn) <= 0 {
+				r.onDuplicateReported(first.First) // below the cumulative ACK: a D-SACK
+			}
 			r.onSACK(&sack, now)
 		}
 		r.detectLosses(qp, now)
@@ -640,6 +661,7 @@ func (r *requester) onAck(qp *QP, p *wire.Packet, now int64) {
 			// A go-back-N responder (rxe) dropped everything from psn.
 			qp.stats.SeqNAKsRecv++
 			r.markLostFrom(psn)
+			r.lossProven(now)
 			r.cc.onLoss(r.rtt.srtt, now)
 			return
 		}
@@ -677,6 +699,7 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 		if st.read {
 			if !st.lost && !st.held && st.sentAt < now-r.rtt.srtt/2 {
 				r.markLost(p, st)
+				r.lossProven(now)
 			}
 			continue
 		}
@@ -768,14 +791,15 @@ func (r *requester) detectLosses(qp *QP, now int64) {
 		found = true
 	}
 	if found {
+		r.lossProven(now)
 		qp.stats.FastRetransmits++
 		r.cc.onLoss(r.rtt.srtt, now)
 	}
 }
 
 // probe queues for resending the oldest PSN neither delivered nor held,
-// or else the newest.
-func (r *requester) probe() {
+// or else the newest, and returns it.
+func (r *requester) probe() uint32 {
 	target := psnAdd(r.sndMax, -1)
 	for p := r.sndUna; p != r.sndMax; p = psnAdd(p, 1) {
 		if st := r.pkt(p); !st.done && !st.held {
@@ -786,6 +810,30 @@ func (r *requester) probe() {
 	if st := r.pkt(target); !st.done && !st.lost {
 		st.held = false
 		r.markLost(target, st)
+	}
+	return target
+}
+
+// lossSuspected notes a resend of psn that a timer made: the path lost
+// something, unless the responder reports psn arrived twice.
+func (r *requester) lossSuspected(psn uint32, now int64) {
+	if !r.suspected || psn != r.probedPSN {
+		r.lossUndo, r.suspected = r.lossAt, true
+	}
+	r.lossAt, r.probedPSN = now, psn
+}
+
+// lossProven notes evidence that the path lost a packet: it is not undone.
+func (r *requester) lossProven(now int64) {
+	r.lossAt, r.suspected = now, false
+}
+
+// onDuplicateReported takes a D-SACK: the responder got psn twice. If that
+// was the last timer resend, it repaired nothing: a host stalled, not the
+// path, and the path counts as clean as it was.
+func (r *requester) onDuplicateReported(psn uint32) {
+	if r.suspected && psn == r.probedPSN {
+		r.lossAt, r.suspected = r.lossUndo, false
 	}
 }
 
@@ -957,11 +1005,12 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 				// found the network's losses already): resend the
 				// oldest unconfirmed packet, as a probe would, and
 				// trim the window.
-				r.probe()
+				r.lossSuspected(r.probe(), now)
 				r.cc.onLoss(r.rtt.srtt, now)
 			} else {
 				// Again: everything in flight is presumed lost.
 				r.markLostFrom(r.sndUna)
+				r.lossProven(now)
 				if r.undo == 0 {
 					r.undo = r.cc.cwnd
 				}
@@ -976,7 +1025,7 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 			// the rest.
 			qp.stats.TailProbes++
 			r.probeAt = 0
-			r.probe()
+			r.lossSuspected(r.probe(), now)
 		}
 	}
 	r.pump(qp, b)

@@ -29,6 +29,12 @@ type responder struct {
 
 	ackPending bool // a coalesced ACK is owed
 	ackQueued  bool // the QP is on the receive batch's ACK list
+	// With selective repeat, the owed ACK also reports a SEND or WRITE
+	// PSN that arrived twice, as its first SACK block, below the
+	// cumulative PSN (as TCP's D-SACK does): the requester learns that
+	// its loss probe was spurious (see requester.lossAt).
+	dupPSN  uint32
+	dupOwed bool
 
 	// Selective repeat, when negotiated: requests that arrive ahead of
 	// ePSN are kept (up to maxWindow PSNs ahead) and reported in SACKs,
@@ -377,6 +383,9 @@ func (r *responder) onDuplicate(qp *QP, p *wire.Packet, out *txBatch) {
 			}
 		}
 	default:
+		if r.sr {
+			r.dupPSN, r.dupOwed = p.BTH.PSN, true
+		}
 		r.owesAck(qp, out)
 	}
 }
@@ -423,8 +432,14 @@ func (qp *QP) sendOwedAck(out *txBatch) {
 	if r.ackPending && qp.state != QPSErr && qp.state != QPSReset {
 		r.ackPending = false
 		var s wire.SACK
+		if r.dupOwed {
+			r.dupOwed = false
+			s.AppendBlock(r.dupPSN, 1)
+		}
 		if r.sr && r.heldN > 0 {
 			r.sack(&s)
+		}
+		if s.N > 0 {
 			qp.stats.SACKsSent++
 		}
 		r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psnAdd(r.ePSN, -1)},
@@ -437,7 +452,7 @@ func (qp *QP) sendOwedAck(out *txBatch) {
 // to leave for the peer, when the peer reads piggybacked ACKs. An ACK
 // with SACK blocks to report still goes on its own.
 func (r *responder) piggyback(qp *QP, p *wire.Packet) {
-	if !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || !p.BTH.Opcode.CanCarryPiggyACK() {
+	if !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || r.dupOwed || !p.BTH.Opcode.CanCarryPiggyACK() {
 		return
 	}
 	r.ackPending = false

@@ -8,11 +8,23 @@ type rttEstimator struct {
 }
 
 const (
-	minRTO     = 5_000_000     // 5 ms: a busy host stalls longer than 1 ms often; loss probes (from 50 us) repair real losses first
+	minRTO     = 5_000_000     // 5 ms: a busy host stalls longer than 1 ms often; loss probes repair real losses first
 	defaultRTO = 10_000_000    // before the first sample
 	maxBackoff = 6             // RTO doubles at most this many times
 	rttNoise   = 50_000        // allowance for ACK coalescing and wakeups
 	maxRTO     = 1_000_000_000 // when the verbs timeout is infinite
+
+	// A QP that lost nothing lately probes for a lost tail no sooner than
+	// quietProbeFloor after sending it (QUIC's timer granularity), one
+	// that did after two RTTs and rttNoise. A probe deadline is not
+	// cancelled when the ACK comes (that would cost a timerfd_settime per
+	// ACK); it fires stale, and a 100 us deadline made a ping-pong wake
+	// the timer goroutine about every other message: 30% of its latency
+	// on loopback. A path that loses packets pays that for the fast
+	// repair; a clean one does not, and its first loss in lossMemory
+	// costs a millisecond.
+	quietProbeFloor = 1_000_000
+	lossMemory      = 1_000_000_000
 )
 
 func (e *rttEstimator) sample(rtt int64) {
@@ -50,10 +62,10 @@ func (e *rttEstimator) rto(backoff int, ceiling int64) int64 {
 // pto is when to probe for a lost tail: two RTTs without an ACK, or more
 // where the RTT varies more (a host's scheduling stalls: a probe on every
 // stall costs both ends a packet and a wakeup, and adds to the latency it
-// was meant to save).
-func (e *rttEstimator) pto() int64 {
+// was meant to save); never sooner than floor.
+func (e *rttEstimator) pto(floor int64) int64 {
 	if e.srtt == 0 {
 		return defaultRTO / 2
 	}
-	return max(2*e.srtt, e.srtt+4*e.rttvar) + rttNoise
+	return max(max(2*e.srtt, e.srtt+4*e.rttvar)+rttNoise, floor)
 }

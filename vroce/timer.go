@@ -11,11 +11,12 @@ import (
 // entry and re-arms when the stale entry fires. So the per-packet cost of
 // the retransmission timer is one store, not a heap operation.
 //
-// A QP that goes idle keeps its stale entry too, so a ping-pong wakes the
-// timer goroutine about once per message for nothing. Dropping the entry
-// and moving the clock on (tried) halved send_lat's p99 but doubled the
-// sim's p50 (14 -> 29 us): the wakeups keep a thread awake for the next
-// hand-off. The median won.
+// A QP that goes idle keeps its stale entry too, so it wakes the timer
+// goroutine once per probe timeout for nothing. On a clean path that
+// timeout is at least 1 ms (quietProbeFloor), so a ping-pong pays one
+// wakeup per millisecond, not one every other message. Dropping the entry
+// and moving the clock on instead (tried) costs a timerfd_settime per
+// ACK.
 type timerQueue struct {
 	mu    sync.Mutex
 	h     timerHeap

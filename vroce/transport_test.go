@@ -306,10 +306,17 @@ func TestOneLostPacketIsRecovered(t *testing.T) {
 			before := a.QP.Stats()
 			network.DropNext(a.Dev.LocalAddr(), 1) // the message's only packet
 			fill(a.Buf[:1024], 7)
+			start := time.Now()
 			if err := a.QP.PostSend(vroce.SendWR{ID: 1, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, 1024)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}); err != nil {
 				t.Fatal(err)
 			}
 			mustSucceed(t, waitCompletions(t, a.CQ, 1, 5*time.Second))
+			// The path had lost nothing: the probe waits the quiet
+			// floor of 1 ms, however short the RTT (unless a stall
+			// already made this QP resend, which marks the path lossy).
+			if took := time.Since(start); before.Retransmits == 0 && took < time.Millisecond {
+				t.Fatalf("a first loss on a clean path was repaired after %v, before the 1 ms quiet probe floor", took)
+			}
 			verbstest.Sync(b)
 			if !bytes.Equal(a.Buf[:1024], b.Buf[:1024]) {
 				t.Fatal("data differs")
@@ -321,6 +328,33 @@ func TestOneLostPacketIsRecovered(t *testing.T) {
 			probes, timeouts := after.TailProbes-before.TailProbes, after.Timeouts-before.Timeouts
 			if timeouts > 1 || (probes == 0 && timeouts == 0) {
 				t.Fatalf("the lost tail cost %d probes and %d timeouts, want a probe and at most the first timeout", probes, timeouts)
+			}
+		})
+	}
+}
+
+// TestDuplicatesAreReportedNotResent: with selective repeat, a request
+// that arrives twice is reported back in a D-SACK (a SACK block below the
+// cumulative ACK) so that a requester can tell a needless probe from a
+// repair; it is not taken for a hole. As rxe, no SACK is ever sent.
+func TestDuplicatesAreReportedNotResent(t *testing.T) {
+	for _, sr := range []bool{true, false} {
+		t.Run(fmt.Sprintf("selective repeat %v", sr), func(t *testing.T) {
+			o := defaultOpts()
+			o.Sim = sim.Config{Seed: 3, Duplicate: 1}
+			o.SelectiveRepeat, o.PiggybackACK = sr, sr
+			a, b, network := simPair(t, o)
+			transfer(t, a, b, 64<<10, 4<<10)
+			verbstest.PingPong(t, a, b, 50, 100)
+			if network.Stats().Duplicated == 0 || b.QP.Stats().Duplicates == 0 {
+				t.Fatalf("no duplicate reached the responder: network %+v, QP %+v", network.Stats(), b.QP.Stats())
+			}
+			sent, got := b.QP.Stats().SACKsSent, a.QP.Stats().SACKsRecv
+			if sr && (sent == 0 || got == 0) || !sr && sent != 0 {
+				t.Fatalf("SACKs: %d sent, %d received (selective repeat %v)", sent, got, sr)
+			}
+			if f := a.QP.Stats().FastRetransmits; f != 0 {
+				t.Fatalf("duplicates were taken for losses: %d fast retransmits", f)
 			}
 		})
 	}

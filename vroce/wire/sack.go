@@ -10,7 +10,10 @@ import "encoding/binary"
 //	magic 0x5341 ("SA") | version 1 | block count | blocks...
 //	block: first PSN (24 bits, in a 32-bit word) | packet count (32 bits)
 //
-// Each block names PSNs beyond the cumulative ACK that the responder holds.
+// Each block names PSNs beyond the cumulative ACK that the responder holds,
+// but for a first block at or below the cumulative PSN: a D-SACK, as in
+// TCP (RFC 2883), naming a request that arrived twice, so the requester
+// learns that its resend repaired nothing.
 
 const (
 	sackMagic       = 0x5341
