@@ -241,47 +241,64 @@ func (d *Device) rxLoop() {
 	pkts := make([]Packet, n)
 	size := packetSize(d.attr.ActiveMTU)
 	bufs := make([]byte, n*size)
+	own := func() { // the device's buffers, which a provider may have replaced by its own
+		for i := range pkts {
+			pkts[i].Data = bufs[i*size : (i+1)*size : (i+1)*size]
+		}
+	}
 	out := d.getBatch()
 	defer d.putBatch(out)
 	var due []*CQ // the handlers a batch made due, reused
+	handle := func(got int) { due = d.handleBatch(pkts[:got], out, due) }
 	for {
-		for i := range pkts {
-			pkts[i].Data = bufs[i*size : (i+1)*size]
-		}
-		got, err := d.prov.Recv(pkts)
-		if err != nil {
-			if d.isClosed() || errors.Is(err, net.ErrClosed) {
-				return
+		own()
+		var err error
+		if br, ok := d.prov.(BatchReceiver); ok {
+			err = br.RecvEach(pkts, handle)
+		} else {
+			var got int
+			if got, err = d.prov.Recv(pkts); err == nil {
+				handle(got)
+				continue
 			}
-			d.stats.rxErrors.Add(1)
-			if errors.Is(err, ErrProviderFailed) {
-				d.fail(err)
-				return
-			}
-			continue
 		}
-		d.handlers.begin()
-		for i := range pkts[:got] {
-			d.receive(&pkts[i], out)
+		if d.isClosed() || errors.Is(err, net.ErrClosed) {
+			return
 		}
-		if due = d.handlers.end(due); len(due) > 0 {
-			d.handedOff.Store(true) // a handler may have woken someone
+		d.stats.rxErrors.Add(1)
+		if errors.Is(err, ErrProviderFailed) {
+			d.fail(err)
+			return
 		}
-		if d.handedOff.Swap(false) && out.piggy {
-			// A completion woke a goroutine: let it run first. A reply
-			// it posts at once carries the ACK its request is owed
-			// (wire.PiggyACK); only what is still owed then goes out
-			// as ACK datagrams.
-			runtime.Gosched()
-		}
-		out.piggy = false
-		for i, qp := range out.acks {
-			qp.sendOwedAck(out)
-			out.acks[i] = nil
-		}
-		out.acks = out.acks[:0]
-		d.flush(out)
 	}
+}
+
+// handleBatch hands each received packet to its QP, runs the completion
+// handlers the batch made due, then sends what the batch owes. due is
+// scratch space, returned for reuse.
+func (d *Device) handleBatch(pkts []Packet, out *txBatch, due []*CQ) []*CQ {
+	d.handlers.begin()
+	for i := range pkts {
+		d.receive(&pkts[i], out)
+	}
+	if due = d.handlers.end(due); len(due) > 0 {
+		d.handedOff.Store(true) // a handler may have woken someone
+	}
+	if d.handedOff.Swap(false) && out.piggy {
+		// A completion woke a goroutine: let it run first. A reply it
+		// posts at once carries the ACK its request is owed
+		// (wire.PiggyACK); only what is still owed then goes out as ACK
+		// datagrams.
+		runtime.Gosched()
+	}
+	out.piggy = false
+	for i, qp := range out.acks {
+		qp.sendOwedAck(out)
+		out.acks[i] = nil
+	}
+	out.acks = out.acks[:0]
+	d.flush(out)
+	return due
 }
 
 // fail ends a device whose provider can never receive again: every QP

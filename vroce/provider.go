@@ -84,6 +84,20 @@ type Provider interface {
 	Close() error
 }
 
+// BatchReceiver is a Provider that can also hand the device batch after
+// batch from inside one call: a provider whose every Recv must first ask
+// the kernel (or the ring) whether anything is there may know, inside
+// such a loop, that it need not (see the udp provider). The device then
+// calls RecvEach instead of Recv.
+type BatchReceiver interface {
+	Provider
+	// RecvEach receives into pkts as Recv does and calls deliver with how
+	// many arrived, batch after batch, until it fails as Recv would. A
+	// batch's packets are valid until deliver returns; the provider may
+	// change pkts between batches.
+	RecvEach(pkts []Packet, deliver func(n int)) error
+}
+
 // ProviderConfig is what Open passes to a provider's constructor.
 type ProviderConfig struct {
 	// Addr is the local address to receive on, "host:port". Empty means

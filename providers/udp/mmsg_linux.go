@@ -68,6 +68,43 @@ func (m *mmsgReader) recvmmsg(fd uintptr) bool {
 // recv fills up to len(bufs) datagrams (and their control data, if oobs
 // is not nil) and returns how many arrived.
 func (m *mmsgReader) recv(bufs, oobs [][]byte) (int, error) {
+	m.prepare(bufs, oobs)
+	if err := m.rc.Read(m.read); err != nil {
+		return 0, err
+	}
+	if m.errno != 0 {
+		return 0, m.errno
+	}
+	return m.got, nil
+}
+
+// each receives batches inside one poller wait: after a batch that did
+// not fill bufs the socket was empty, so any datagram since raised a new
+// edge, and unless got asks for another try it parks without a recvmmsg
+// to find that out. (With busy polling it tries again, as recv would.)
+func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) bool) error {
+	read := func(fd uintptr) bool {
+		for {
+			m.prepare(bufs, oobs)
+			if !m.recvmmsg(fd) {
+				return false
+			}
+			if m.errno != 0 {
+				return true
+			}
+			if again := got(m.got); m.got < m.n && !again && m.busy <= 0 {
+				return false
+			}
+		}
+	}
+	if err := m.rc.Read(read); err != nil {
+		return err
+	}
+	return m.errno
+}
+
+// prepare points the message headers at bufs and oobs.
+func (m *mmsgReader) prepare(bufs, oobs [][]byte) {
 	n := min(len(bufs), len(m.hdrs))
 	for i := range n {
 		m.iovs[i].Base = &bufs[i][0]
@@ -84,13 +121,6 @@ func (m *mmsgReader) recv(bufs, oobs [][]byte) (int, error) {
 		m.hdrs[i].Len = 0
 	}
 	m.n, m.got, m.errno = n, 0, 0
-	if err := m.rc.Read(m.read); err != nil {
-		return 0, err
-	}
-	if m.errno != 0 {
-		return 0, m.errno
-	}
-	return m.got, nil
 }
 
 // size is how many bytes datagram i holds.

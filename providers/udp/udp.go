@@ -83,6 +83,11 @@ const (
 // batchReader receives batches without allocating (recvmmsg on Linux).
 type batchReader interface {
 	recv(bufs, oobs [][]byte) (int, error)
+	// each receives batch after batch into bufs, calling got with how
+	// many arrived, until an error. After a batch that did not fill bufs
+	// it asks the kernel for more at once only if got says so (a busy
+	// socket) and otherwise waits for the poller.
+	each(bufs, oobs [][]byte, got func(int) (again bool)) error
 	size(i int) int
 	control(i int) int
 	from(i int) netip.AddrPort
@@ -125,6 +130,16 @@ func (r *xnetReader) recv(bufs, oobs [][]byte) (int, error) {
 		ms[i].Addr = nil
 	}
 	return got, nil
+}
+
+func (r *xnetReader) each(bufs, oobs [][]byte, got func(int) bool) error {
+	for {
+		n, err := r.recv(bufs, oobs)
+		if err != nil {
+			return err
+		}
+		got(n)
+	}
 }
 
 func (r *xnetReader) size(i int) int            { return r.msgs[i].N }
@@ -253,46 +268,92 @@ func ListenWith(addr string, opts Options) (*Provider, error) {
 // Recv implements vroce.Provider.
 func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 	if p.gro {
-		return p.recvCoalesced(pkts)
+		if len(p.pend) == 0 {
+			got, err := p.br.recv(p.rbufs, p.roob)
+			if err != nil {
+				return 0, err
+			}
+			p.collect(got)
+		}
+		return p.lend(pkts), nil
 	}
+	views := p.viewsOf(pkts)
+	got, err := p.br.recv(views, nil)
+	p.fill(pkts, views, got)
+	return got, err
+}
+
+// RecvEach implements vroce.BatchReceiver. After a batch of one packet
+// (a request-reply exchange) that did not fill the buffers, the socket
+// was empty, and the receiver parks in the runtime's poller without
+// asking the kernel again, which the poller's edge-triggered wake-ups
+// make safe. Recv cannot do that, because each receive call resets the
+// poller's readiness first: it pays a recvmmsg finding nothing (about
+// 1 us) per wake-up. After a larger batch more has most likely come
+// while the device was busy, and asking is cheaper than a wake-up.
+func (p *Provider) RecvEach(pkts []vroce.Packet, deliver func(n int)) error {
+	if p.gro {
+		for len(p.pend) > 0 { // left by a Recv
+			deliver(p.lend(pkts))
+		}
+		return p.br.each(p.rbufs, p.roob, func(got int) bool {
+			total := 0
+			for p.collect(got); len(p.pend) > 0; {
+				k := p.lend(pkts)
+				deliver(k)
+				total += k
+			}
+			return total > 1
+		})
+	}
+	views := p.viewsOf(pkts)
+	return p.br.each(views, nil, func(got int) bool {
+		p.fill(pkts, views, got)
+		deliver(got)
+		return got > 1
+	})
+}
+
+// viewsOf is where datagrams for pkts are read to: each packet's whole
+// buffer.
+func (p *Provider) viewsOf(pkts []vroce.Packet) [][]byte {
 	n := min(len(pkts), len(p.views))
 	for i := range n {
 		p.views[i] = pkts[i].Data[:cap(pkts[i].Data)]
 	}
-	got, err := p.br.recv(p.views[:n], nil)
-	for i := range got {
-		pkts[i].Data = pkts[i].Data[:p.br.size(i)]
-		pkts[i].Addr = p.br.from(i)
-	}
-	return got, err
+	return p.views[:n]
 }
 
-// recvCoalesced receives with UDP GRO: a batch of possibly coalesced
-// datagrams into our buffers, each segment lent to the caller as a packet
-// (no copy; the buffers are not read into again until the next Recv finds
-// pend empty).
-func (p *Provider) recvCoalesced(pkts []vroce.Packet) (int, error) {
-	if len(p.pend) == 0 {
-		got, err := p.br.recv(p.rbufs, p.roob)
-		if err != nil {
-			return 0, err
-		}
-		p.pend = p.batch[:0]
-		for i := range got {
-			n := p.br.size(i)
-			seg := groSegment(p.roob[i][:p.br.control(i)])
-			if seg <= 0 || seg > n {
-				seg = n
-			}
-			p.pend = append(p.pend, coalesced{data: p.rbufs[i][:n], seg: seg, addr: p.br.from(i)})
-		}
+// fill makes the first got of pkts the datagrams read into views.
+func (p *Provider) fill(pkts []vroce.Packet, views [][]byte, got int) {
+	for i := range got {
+		pkts[i].Data = views[i][:p.br.size(i)]
+		pkts[i].Addr = p.br.from(i)
 	}
+}
+
+// collect makes pend the got datagrams just received with UDP GRO into
+// our buffers, each a run of segments.
+func (p *Provider) collect(got int) {
+	p.pend = p.batch[:0]
+	for i := range got {
+		n := p.br.size(i)
+		seg := groSegment(p.roob[i][:p.br.control(i)])
+		if seg <= 0 || seg > n {
+			seg = n
+		}
+		p.pend = append(p.pend, coalesced{data: p.rbufs[i][:n], seg: seg, addr: p.br.from(i)})
+	}
+}
+
+// lend fills pkts with segments from pend, lent rather than copied: the
+// buffers are not read into again until pend is empty.
+func (p *Provider) lend(pkts []vroce.Packet) int {
 	k := 0
 	for len(p.pend) > 0 && k < len(pkts) {
 		c := &p.pend[0]
 		n := min(c.seg, len(c.data))
 		if n <= vroce.MaxPacketSize { // larger than any packet: not ours, dropped
-			// Lent, not copied: the segment stays put until the next Recv.
 			pkts[k].Data = c.data[:n:n]
 			pkts[k].Addr = c.addr
 			k++
@@ -302,7 +363,7 @@ func (p *Provider) recvCoalesced(pkts []vroce.Packet) (int, error) {
 			p.pend = p.pend[1:]
 		}
 	}
-	return k, nil
+	return k
 }
 
 // Send implements vroce.Provider. Runs of packets marked Coalesce, to

@@ -1,0 +1,86 @@
+package udp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"vroce.dev/vroce"
+)
+
+// RecvEach delivers every datagram, in order: single packets each sent
+// only after the one before arrived (the receiver parks after each
+// without asking the kernel again, and must wake for the next), then
+// bursts of coalesced runs. Close ends it with net.ErrClosed. Both
+// readers: recvmmsg's and the portable one.
+func TestRecvEachDeliversEveryBatch(t *testing.T) {
+	for _, portable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("portable reader %v", portable), func(t *testing.T) {
+			tx, rx := providerPair(t)
+			if portable {
+				rx.br = newXnetReader(rx.bc, max(batchSize, groBatch))
+			}
+			got := make(chan []byte, 1024)
+			done := make(chan error, 1)
+			go func() {
+				pkts := make([]vroce.Packet, 8)
+				for i := range pkts {
+					pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+				}
+				done <- rx.RecvEach(pkts, func(n int) {
+					for _, p := range pkts[:n] {
+						if p.Addr != tx.LocalAddr() {
+							t.Errorf("a packet from %v, want %v", p.Addr, tx.LocalAddr())
+						}
+						got <- bytes.Clone(p.Data) // lent until deliver returns
+					}
+				})
+			}()
+			expect := func(want []byte) {
+				t.Helper()
+				select {
+				case b := <-got:
+					if !bytes.Equal(b, want) {
+						t.Fatalf("got %d bytes starting %v, want %d starting %v", len(b), b[:min(4, len(b))], len(want), want[:4])
+					}
+				case err := <-done:
+					t.Fatalf("RecvEach ended: %v", err)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("a packet of %d bytes starting %v never came", len(want), want[:4])
+				}
+			}
+			packet := func(i, n int) []byte { return bytes.Repeat([]byte{byte(i), byte(i >> 8)}, n/2) }
+			for i := range 50 {
+				p := packet(i, 64)
+				if err := tx.Send([]vroce.Packet{{Data: p, Addr: rx.LocalAddr()}}); err != nil {
+					t.Fatal(err)
+				}
+				expect(p)
+			}
+			var burst []vroce.Packet
+			for i := range 300 {
+				burst = append(burst, vroce.Packet{Data: packet(i, 1000), Addr: rx.LocalAddr(), Coalesce: true})
+			}
+			for k := 0; k < len(burst); k += 50 {
+				if err := tx.Send(burst[k : k+50]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, p := range burst {
+				expect(p.Data)
+			}
+			rx.Close()
+			select {
+			case err := <-done:
+				if !errors.Is(err, net.ErrClosed) {
+					t.Fatalf("RecvEach after Close: %v, want net.ErrClosed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close did not end RecvEach")
+			}
+		})
+	}
+}
