@@ -68,7 +68,7 @@ func (m *mmsgReader) recvmmsg(fd uintptr) bool {
 // recv fills up to len(bufs) datagrams (and their control data, if oobs
 // is not nil) and returns how many arrived.
 func (m *mmsgReader) recv(bufs, oobs [][]byte) (int, error) {
-	m.prepare(bufs, oobs)
+	m.prepare(bufs, oobs, len(bufs))
 	if err := m.rc.Read(m.read); err != nil {
 		return 0, err
 	}
@@ -83,15 +83,17 @@ func (m *mmsgReader) recv(bufs, oobs [][]byte) (int, error) {
 // edge, and unless got asks for another try it parks without a recvmmsg
 // to find that out. (With busy polling it tries again, as recv would.)
 func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) bool) error {
+	dirty := len(bufs) // headers to set up again: those the kernel may have written
 	read := func(fd uintptr) bool {
 		for {
-			m.prepare(bufs, oobs)
-			if !m.recvmmsg(fd) {
+			m.prepare(bufs, oobs, dirty)
+			if dirty = 0; !m.recvmmsg(fd) {
 				return false
 			}
 			if m.errno != 0 {
 				return true
 			}
+			dirty = m.got + 1 // and the one it stopped at
 			if again := got(m.got); m.got < m.n && !again && m.busy <= 0 {
 				return false
 			}
@@ -103,10 +105,11 @@ func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) bool) error {
 	return m.errno
 }
 
-// prepare points the message headers at bufs and oobs.
-func (m *mmsgReader) prepare(bufs, oobs [][]byte) {
+// prepare points the first k message headers at bufs and oobs, and
+// readies a receive into as many as there are bufs.
+func (m *mmsgReader) prepare(bufs, oobs [][]byte, k int) {
 	n := min(len(bufs), len(m.hdrs))
-	for i := range n {
+	for i := range min(k, n) {
 		m.iovs[i].Base = &bufs[i][0]
 		m.iovs[i].SetLen(len(bufs[i]))
 		h := &m.hdrs[i].Hdr
