@@ -89,6 +89,14 @@ func FuzzQPReceive(f *testing.F) {
 	seed(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: 0x81}, AETH: wire.AETH{Syndrome: wire.RNRNAK(3)}})
 	seed(wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PiggyACK: true}, Piggy: wire.PiggyACK{PSN: 0x11, AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}}, Payload: []byte("reply")})
 	seed(wire.Packet{BTH: wire.BTH{Opcode: wire.RCWriteOnly, PiggyACK: true}, RETH: wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: 4}, Piggy: wire.PiggyACK{PSN: 0x7fffff}, Payload: []byte("abcd")})
+	// An ACK whose SACK trailer opens with a D-SACK block (a PSN at or
+	// below the cumulative one, reported as arrived twice).
+	var dsack wire.SACK
+	dsack.AppendBlock(sqPSN, 1)
+	dsack.AppendBlock(sqPSN+2, 1)
+	trailer := make([]byte, dsack.Len())
+	dsack.Encode(trailer)
+	seed(wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: 0x00}, AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}, Payload: trailer})
 	flow := wire.Flow{Src: peer, Dst: d.local}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) < wire.BTHLen+wire.ICRCLen || len(in) > MaxPacketSize {
