@@ -24,8 +24,9 @@ type side struct {
 	mr     *vroce.MR
 	buf    []byte
 	qps    []*vroce.QP
-	ring   int // message slots per QP
+	ring   int // messages in flight per QP (tx-depth; the receives posted)
 	region int // bytes per QP
+	slots  int // message buffers per QP: ring with --verify, else one
 	mtu    vroce.MTU
 }
 
@@ -43,9 +44,18 @@ func newSide(cfg *config, devCfg vroce.Config) (*side, error) {
 	if !cfg.isLat() {
 		s.ring = cfg.TxDepth
 	}
-	s.region = s.ring * cfg.Size
+	// Without --verify every message of a QP uses one buffer, as
+	// perftest does and as the TCP comparison's one write buffer does:
+	// cycling through tx-depth buffers (8 MiB of 64 KiB messages) would
+	// measure cache misses that neither pays. --verify gives each
+	// message in flight its own buffer, so each can be checked.
+	s.slots = 1
+	if cfg.Verify {
+		s.slots = s.ring
+	}
+	s.region = s.slots * cfg.Size
 	if total := int64(s.region) * int64(cfg.QPs); total > maxBuffer {
-		return nil, fmt.Errorf("buffers of %d bytes (size x tx-depth x qps) exceed %d", total, int64(maxBuffer))
+		return nil, fmt.Errorf("buffers of %d bytes (size x qps, x tx-depth with --verify) exceed %d", total, int64(maxBuffer))
 	}
 	dev, err := vroce.Open(devCfg)
 	if err != nil {
@@ -109,7 +119,7 @@ func (s *side) connect(c *control, ip netip.Addr) error {
 }
 
 // slot is where message slot k of QP q lives, as an offset in the buffer.
-func (s *side) slot(q, k int) int { return q*s.region + (k%s.ring)*s.cfg.Size }
+func (s *side) slot(q, k int) int { return q*s.region + (k%s.slots)*s.cfg.Size }
 
 // credit is where credit receive k of QP q lands, after the message slots:
 // each outstanding receive has its own, so a credit arriving never
