@@ -30,6 +30,7 @@ type mmsgReader struct {
 	busy       time.Duration
 	busySince  time.Time
 	emptyTries atomic.Int64
+	stopped    atomic.Bool // the provider is closing: each returns
 }
 
 func newMmsgReader(c *net.UDPConn, size int, busy time.Duration) (*mmsgReader, error) {
@@ -86,6 +87,9 @@ func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) bool) error {
 	dirty := len(bufs) // headers to set up again: those the kernel may have written
 	read := func(fd uintptr) bool {
 		for {
+			if m.stopped.Load() {
+				return true
+			}
 			m.prepare(bufs, oobs, dirty)
 			if dirty = 0; !m.recvmmsg(fd) {
 				return false
@@ -102,8 +106,13 @@ func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) bool) error {
 	if err := m.rc.Read(read); err != nil {
 		return err
 	}
+	if m.stopped.Load() {
+		return net.ErrClosed
+	}
 	return m.errno
 }
+
+func (m *mmsgReader) stop() { m.stopped.Store(true) }
 
 // prepare points the first k message headers at bufs and oobs, and
 // readies a receive into as many as there are bufs.

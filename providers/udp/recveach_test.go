@@ -84,3 +84,60 @@ func TestRecvEachDeliversEveryBatch(t *testing.T) {
 		})
 	}
 }
+
+// Close ends RecvEach even while datagrams keep arriving: the receive
+// loop never has to wait in the poller, where a close is noticed.
+func TestRecvEachEndsOnCloseUnderLoad(t *testing.T) {
+	tx, rx := providerPair(t)
+	done := make(chan error, 1)
+	delivered := make(chan struct{}, 1)
+	go func() {
+		pkts := make([]vroce.Packet, 8)
+		for i := range pkts {
+			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		done <- rx.RecvEach(pkts, func(int) {
+			select {
+			case delivered <- struct{}{}:
+			default:
+			}
+			// A slow consumer: the socket never runs dry, so every
+			// batch is full and the loop never waits in the poller.
+			time.Sleep(50 * time.Microsecond)
+		})
+	}()
+	stop := make(chan struct{})
+	flooded := make(chan struct{})
+	go func() { // bursts of coalesced packets, until the test ends
+		defer close(flooded)
+		var burst []vroce.Packet
+		for range 50 {
+			burst = append(burst, vroce.Packet{Data: make([]byte, 200), Addr: rx.LocalAddr(), Coalesce: true})
+		}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := tx.Send(burst); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-flooded }()
+	select {
+	case <-delivered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing arrived")
+	}
+	rx.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("RecvEach after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end RecvEach while packets kept coming")
+	}
+}

@@ -88,6 +88,8 @@ type batchReader interface {
 	// it asks the kernel for more at once only if got says so (a busy
 	// socket) and otherwise waits for the poller.
 	each(bufs, oobs [][]byte, got func(int) (again bool)) error
+	// stop ends an each in progress, as the socket closes.
+	stop()
 	size(i int) int
 	control(i int) int
 	from(i int) netip.AddrPort
@@ -141,6 +143,8 @@ func (r *xnetReader) each(bufs, oobs [][]byte, got func(int) bool) error {
 		got(n)
 	}
 }
+
+func (r *xnetReader) stop() {} // each ReadBatch sees the socket closed
 
 func (r *xnetReader) size(i int) int            { return r.msgs[i].N }
 func (r *xnetReader) control(i int) int         { return r.msgs[i].NN }
@@ -477,7 +481,13 @@ func (p *Provider) MTU() int { return p.mtu }
 func (p *Provider) BatchSize() int { return batchSize }
 
 // Close implements vroce.Provider.
-func (p *Provider) Close() error { return p.conn.Close() }
+func (p *Provider) Close() error {
+	// A receive loop that never waits in the poller (datagrams keep
+	// coming) must hear of the close itself: the socket's Close waits
+	// for it to return.
+	p.br.stop()
+	return p.conn.Close()
+}
 
 // linkMTU is the MTU of the interface holding addr; for an unspecified
 // address, the smallest MTU of the interfaces that are up (loopback only if
