@@ -19,7 +19,7 @@ const (
 	// that did after two RTTs and rttNoise. A probe deadline is not
 	// cancelled when the ACK comes (that would cost a timerfd_settime per
 	// ACK); it fires stale, and a 100 us deadline made a ping-pong wake
-	// the timer goroutine about every other message: 30% of its latency
+	// the timer goroutine about every other message: a quarter of its latency
 	// on loopback. A path that loses packets pays that for the fast
 	// repair; a clean one does not, and its first loss in lossMemory
 	// costs a millisecond.
