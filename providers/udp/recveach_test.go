@@ -24,21 +24,14 @@ func TestRecvEachDeliversEveryBatch(t *testing.T) {
 				rx.br = newXnetReader(rx.bc, max(batchSize, groBatch))
 			}
 			got := make(chan []byte, 1024)
-			done := make(chan error, 1)
-			go func() {
-				pkts := make([]vroce.Packet, 8)
-				for i := range pkts {
-					pkts[i].Data = make([]byte, vroce.MaxPacketSize)
-				}
-				done <- rx.RecvEach(pkts, func(n int) {
-					for _, p := range pkts[:n] {
-						if p.Addr != tx.LocalAddr() {
-							t.Errorf("a packet from %v, want %v", p.Addr, tx.LocalAddr())
-						}
-						got <- bytes.Clone(p.Data) // lent until deliver returns
+			done := recvEach(rx, func(pkts []vroce.Packet) {
+				for _, p := range pkts {
+					if p.Addr != tx.LocalAddr() {
+						t.Errorf("a packet from %v, want %v", p.Addr, tx.LocalAddr())
 					}
-				})
-			}()
+					got <- bytes.Clone(p.Data) // lent until deliver returns
+				}
+			})
 			expect := func(want []byte) {
 				t.Helper()
 				select {
@@ -72,16 +65,39 @@ func TestRecvEachDeliversEveryBatch(t *testing.T) {
 			for _, p := range burst {
 				expect(p.Data)
 			}
-			rx.Close()
-			select {
-			case err := <-done:
-				if !errors.Is(err, net.ErrClosed) {
-					t.Fatalf("RecvEach after Close: %v, want net.ErrClosed", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("Close did not end RecvEach")
-			}
+			closeAndWait(t, rx, done)
 		})
+	}
+}
+
+// recvEach runs rx.RecvEach in a goroutine, handing deliver each batch,
+// and returns what it returns.
+func recvEach(rx *Provider, deliver func([]vroce.Packet)) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		pkts := make([]vroce.Packet, 8)
+		for i := range pkts {
+			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		done <- rx.RecvEach(pkts, func(n int) { deliver(pkts[:n]) })
+	}()
+	return done
+}
+
+// closeAndWait closes rx and checks that its RecvEach ends with
+// net.ErrClosed. (Close waits for the receive in progress, so it is
+// called aside: a receive that never ends must fail the test, not hang
+// it.)
+func closeAndWait(t *testing.T, rx *Provider, done <-chan error) {
+	t.Helper()
+	go rx.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("RecvEach after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end RecvEach")
 	}
 }
 
@@ -89,23 +105,16 @@ func TestRecvEachDeliversEveryBatch(t *testing.T) {
 // loop never has to wait in the poller, where a close is noticed.
 func TestRecvEachEndsOnCloseUnderLoad(t *testing.T) {
 	tx, rx := providerPair(t)
-	done := make(chan error, 1)
 	delivered := make(chan struct{}, 1)
-	go func() {
-		pkts := make([]vroce.Packet, 8)
-		for i := range pkts {
-			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+	done := recvEach(rx, func([]vroce.Packet) {
+		select {
+		case delivered <- struct{}{}:
+		default:
 		}
-		done <- rx.RecvEach(pkts, func(int) {
-			select {
-			case delivered <- struct{}{}:
-			default:
-			}
-			// A slow consumer: the socket never runs dry, so every
-			// batch is full and the loop never waits in the poller.
-			time.Sleep(50 * time.Microsecond)
-		})
-	}()
+		// A slow consumer: the socket never runs dry, so every batch
+		// is full and the loop never waits in the poller.
+		time.Sleep(50 * time.Microsecond)
+	})
 	stop := make(chan struct{})
 	flooded := make(chan struct{})
 	go func() { // bursts of coalesced packets, until the test ends
@@ -131,13 +140,5 @@ func TestRecvEachEndsOnCloseUnderLoad(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing arrived")
 	}
-	rx.Close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("RecvEach after Close: %v, want net.ErrClosed", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close did not end RecvEach while packets kept coming")
-	}
+	closeAndWait(t, rx, done)
 }
