@@ -18,8 +18,12 @@ import (
 // filled and unread. Small messages are copied out at once, so an
 // unread request costs its size, not a buffer.
 const (
-	bufSize   = 64 << 10
-	window    = 8 // credits a stream grants: messages in flight towards it
+	bufSize = 64 << 10
+	// window is the credits a stream grants: messages in flight towards
+	// it, at most 1 MiB of buffers a slow reader holds. With 8, a
+	// loopback stream of 64 KiB writes waited for credits (1,575 against
+	// 1,932 MiB/s in 5 interleaved runs); 32 gained nothing more.
+	window    = 16
 	minPosted = 32
 	maxPosted = 1024
 	smallCopy = 2 << 10
