@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"slices"
-	"syscall"
 	"time"
 )
 
@@ -57,15 +56,6 @@ type result struct {
 	// GiB moved (bandwidth tests): the client's cost, and with --loopback
 	// both ends'.
 	CPUPerGiB float64 `json:"cpu_s_per_gib,omitempty"`
-}
-
-// processCPU is the CPU time this process has used, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // setCPU records cpu as seconds per GiB for a bandwidth result.
