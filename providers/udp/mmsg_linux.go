@@ -81,9 +81,9 @@ func (m *mmsgReader) recv(bufs, oobs [][]byte) (int, error) {
 
 // each receives batches inside one poller wait: after a batch that did
 // not fill bufs the socket was empty, so any datagram since raised a new
-// edge, and unless got asks for another try it parks without a recvmmsg
-// to find that out. (With busy polling it tries again, as recv would.)
-func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) bool) error {
+// edge, and after a lone packet it parks without a recvmmsg to find that
+// out. (With busy polling it tries again, as recv would.)
+func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) int) error {
 	dirty := len(bufs) // headers to set up again: those the kernel may have written
 	read := func(fd uintptr) bool {
 		for {
@@ -98,7 +98,7 @@ func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) bool) error {
 				return true
 			}
 			dirty = m.got + 1 // and the one it stopped at
-			if again := got(m.got); m.got < m.n && !again && m.busy <= 0 {
+			if packets := got(m.got); m.got < m.n && packets <= 1 && m.busy <= 0 {
 				return false
 			}
 		}

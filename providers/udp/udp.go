@@ -84,10 +84,11 @@ const (
 type batchReader interface {
 	recv(bufs, oobs [][]byte) (int, error)
 	// each receives batch after batch into bufs, calling got with how
-	// many arrived, until an error. After a batch that did not fill bufs
-	// it asks the kernel for more at once only if got says so (a busy
-	// socket) and otherwise waits for the poller.
-	each(bufs, oobs [][]byte, got func(int) (again bool)) error
+	// many datagrams arrived, until an error; got returns how many
+	// packets they made. After a batch that did not fill bufs it asks
+	// the kernel for more at once only if that was more than one packet
+	// (a busy socket), and otherwise waits for the poller.
+	each(bufs, oobs [][]byte, got func(datagrams int) (packets int)) error
 	// stop ends an each in progress, as the socket closes.
 	stop()
 	size(i int) int
@@ -134,7 +135,7 @@ func (r *xnetReader) recv(bufs, oobs [][]byte) (int, error) {
 	return got, nil
 }
 
-func (r *xnetReader) each(bufs, oobs [][]byte, got func(int) bool) error {
+func (r *xnetReader) each(bufs, oobs [][]byte, got func(int) int) error {
 	for {
 		n, err := r.recv(bufs, oobs)
 		if err != nil {
@@ -297,25 +298,31 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 // while the device was busy, and asking is cheaper than a wake-up.
 func (p *Provider) RecvEach(pkts []vroce.Packet, deliver func(n int)) error {
 	if p.gro {
-		for len(p.pend) > 0 { // left by a Recv
-			deliver(p.lend(pkts))
-		}
-		return p.br.each(p.rbufs, p.roob, func(got int) bool {
-			total := 0
-			for p.collect(got); len(p.pend) > 0; {
-				k := p.lend(pkts)
-				deliver(k)
-				total += k
-			}
-			return total > 1
+		p.deliverPending(pkts, deliver) // left by a Recv
+		return p.br.each(p.rbufs, p.roob, func(got int) int {
+			p.collect(got)
+			return p.deliverPending(pkts, deliver)
 		})
 	}
 	views := p.viewsOf(pkts)
-	return p.br.each(views, nil, func(got int) bool {
+	return p.br.each(views, nil, func(got int) int {
 		p.fill(pkts, views, got)
 		deliver(got)
-		return got > 1
+		return got
 	})
+}
+
+// deliverPending lends out everything in pend, as many packets at a time
+// as pkts holds, and returns how many it lent.
+func (p *Provider) deliverPending(pkts []vroce.Packet, deliver func(n int)) int {
+	total := 0
+	for len(p.pend) > 0 {
+		if k := p.lend(pkts); k > 0 {
+			deliver(k)
+			total += k
+		}
+	}
+	return total
 }
 
 // viewsOf is where datagrams for pkts are read to: each packet's whole
