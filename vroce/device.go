@@ -52,8 +52,8 @@ type Device struct {
 	qps    map[uint32]*QP
 	mrs    map[uint32]*MR
 
-	qpTable sync.Map // qpn -> *QP, read by the receive path without locks
-	mrTable sync.Map // key -> *MR, read by every access check without locks
+	qpTable *table[QP] // by QPN, for the receive path
+	mrTable *table[MR] // by key, for every access check
 
 	atomicMu sync.Mutex // remote atomics execute one at a time per device
 	heldBufs sync.Pool  // *[]byte: out-of-order requests kept for selective repeat
@@ -102,13 +102,15 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 		mtu = min(mtu, cfg.MTU)
 	}
 	d := &Device{
-		prov:  p,
-		attr:  deviceAttr(maxQP, mtu),
-		local: p.LocalAddr(),
-		epoch: time.Now(),
-		qps:   map[uint32]*QP{},
-		mrs:   map[uint32]*MR{},
-		done:  make(chan struct{}),
+		prov:    p,
+		attr:    deviceAttr(maxQP, mtu),
+		local:   p.LocalAddr(),
+		epoch:   time.Now(),
+		qps:     map[uint32]*QP{},
+		mrs:     map[uint32]*MR{},
+		qpTable: newTable(func(qp *QP) uint32 { return qp.qpn }),
+		mrTable: newTable(func(mr *MR) uint32 { return mr.key }),
+		done:    make(chan struct{}),
 	}
 	clk, err := clock.New(d.epoch)
 	if err != nil {
@@ -342,12 +344,11 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 		}
 		return
 	}
-	v, ok := d.qpTable.Load(p.BTH.DestQP)
-	if !ok {
+	qp := d.qpTable.load(p.BTH.DestQP)
+	if qp == nil {
 		d.stats.rxNoQP.Add(1)
 		return
 	}
-	qp := v.(*QP)
 	if qp.typ != RC && !d.checkICRC(pkt) { // an RC QP checks with its own Sealer
 		return
 	}

@@ -122,7 +122,7 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	}
 	d.mrs[mr.key] = mr
 	d.mu.Unlock()
-	d.mrTable.Store(mr.key, mr)
+	d.mrTable.store(mr)
 	return mr, nil
 }
 
@@ -132,7 +132,7 @@ func (mr *MR) Dereg() error {
 		return ErrClosed
 	}
 	d := mr.pd.dev
-	d.mrTable.Delete(mr.key)
+	d.mrTable.delete(mr)
 	d.mu.Lock()
 	delete(d.mrs, mr.key)
 	d.mu.Unlock()
@@ -179,11 +179,10 @@ func (s span) bytes() []byte {
 // bounds and access. It is the one check every local and remote access
 // passes through.
 func (d *Device) lookup(key uint32, pd *PD, need Access, va uint64, n uint64) (span, bool) {
-	v, ok := d.mrTable.Load(key)
-	if !ok {
+	mr := d.mrTable.load(key)
+	if mr == nil {
 		return span{}, false
 	}
-	mr := v.(*MR)
 	if mr.pd != pd || mr.access&need != need || va < mr.addr {
 		return span{}, false
 	}

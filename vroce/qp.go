@@ -302,7 +302,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	}
 	d.qps[qp.qpn] = qp
 	d.mu.Unlock()
-	d.qpTable.Store(qp.qpn, qp)
+	d.qpTable.store(qp)
 	return qp, nil
 }
 
@@ -531,7 +531,7 @@ func (qp *QP) Destroy() error {
 	}
 	delete(d.qps, qp.qpn)
 	d.mu.Unlock()
-	d.qpTable.Delete(qp.qpn)
+	d.qpTable.delete(qp)
 	qp.mu.Lock()
 	qp.state = QPSReset
 	qp.reset()
