@@ -650,7 +650,16 @@ func (r *requester) onAck(qp *QP, p *wire.Packet, now int64) {
 		if qp.attr.RNRRetry != 7 {
 			r.rnrLeft--
 		}
-		r.markLostFrom(psn) // the responder drops what follows, as rxe does
+		if qp.attr.SelectiveRepeat && r.tracked(psn) {
+			// Our responder holds the requests that followed the one it
+			// refused, as it holds any that come out of order: only that
+			// one goes again. (Marking them all lost resent the window
+			// whenever the SACKs saying they were held came after the
+			// RNR wait.)
+			r.markOneLost(psn)
+		} else {
+			r.markLostFrom(psn) // the responder drops what follows, as rxe does
+		}
 		r.rnrWait = true
 		r.rtoAt, r.probeAt = 0, 0
 		r.rnrAt = now + int64(rnrDelay(syn.Value()))
@@ -807,11 +816,16 @@ func (r *requester) probe() uint32 {
 			break
 		}
 	}
-	if st := r.pkt(target); !st.done && !st.lost {
-		st.held = false
-		r.markLost(target, st)
-	}
+	r.markOneLost(target)
 	return target
+}
+
+// markOneLost queues psn for resending, held by the responder or not.
+func (r *requester) markOneLost(psn uint32) {
+	if st := r.pkt(psn); !st.done && !st.lost {
+		st.held = false
+		r.markLost(psn, st)
+	}
 }
 
 // lossSuspected notes a resend of psn that a timer made: the path lost

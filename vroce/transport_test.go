@@ -93,6 +93,54 @@ func TestRNRWaitsForAReceive(t *testing.T) {
 	}
 }
 
+// TestRNRResendsOnlyTheRefusedRequest: a window of SENDs meets a receiver
+// with no receives posted, which refuses again and again until it posts
+// them. Everything arrives once and in order. With selective repeat the
+// responder holds what followed the refused SEND, so each RNR NAK costs
+// one resend, not the window; as rxe, the window goes again.
+func TestRNRResendsOnlyTheRefusedRequest(t *testing.T) {
+	for _, sr := range []bool{true, false} {
+		t.Run(fmt.Sprintf("selective repeat %v", sr), func(t *testing.T) {
+			o := defaultOpts()
+			o.SelectiveRepeat = sr
+			a, b, _ := simPair(t, o)
+			const n = 32
+			var wrs []vroce.SendWR
+			for i := range n {
+				wrs = append(wrs, vroce.SendWR{ID: uint64(i), Opcode: vroce.WRSendWithImm, Flags: vroce.SendSignaled | vroce.SendInline,
+					Inline: []byte(fmt.Sprintf("message %2d", i)), Imm: uint32(i)})
+			}
+			if err := a.QP.PostSend(wrs...); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "three RNR NAKs", func() bool { return b.QP.Stats().RNRNAKsSent >= 3 })
+			for i := range n {
+				if err := b.QP.PostRecv(vroce.RecvWR{ID: uint64(i), SGL: []vroce.SGE{b.MR.SGE(i*16, 16)}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mustSucceed(t, waitCompletions(t, a.CQ, n, 5*time.Second))
+			for i, wc := range waitCompletions(t, b.CQ, n, 5*time.Second) {
+				want := fmt.Sprintf("message %2d", i)
+				if wc.Status != vroce.WCSuccess || wc.ID != uint64(i) || wc.Imm != uint32(i) || string(b.Buf[i*16:i*16+len(want)]) != want {
+					t.Fatalf("receive %d: %+v holding %q", i, wc, b.Buf[i*16:i*16+len(want)])
+				}
+			}
+			st := a.QP.Stats()
+			resent := st.RNRNAKsRecv + st.TailProbes + st.Timeouts // what may each send one again
+			if sr && st.Retransmits > resent {
+				t.Fatalf("%d packets resent for %d RNR NAKs, %d probes and %d timeouts: more than the refused ones", st.Retransmits, st.RNRNAKsRecv, st.TailProbes, st.Timeouts)
+			}
+			if !sr && st.Retransmits < n {
+				t.Fatalf("as rxe, %d packets resent after the first RNR NAK refused the first of %d: the window should go again", st.Retransmits, n)
+			}
+			if b.QP.Stats().Duplicates > 0 && sr {
+				t.Fatalf("the responder received %d duplicates", b.QP.Stats().Duplicates)
+			}
+		})
+	}
+}
+
 func TestRNRRetryExhaustionFailsTheQP(t *testing.T) {
 	o := defaultOpts()
 	o.RNRRetry = 2
