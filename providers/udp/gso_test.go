@@ -2,6 +2,7 @@ package udp
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -16,6 +17,10 @@ import (
 // as the datagrams they were, contents and lengths intact, the short last
 // one too; unmarked packets are never coalesced.
 func TestCoalescedSendsArriveAsSeparateDatagrams(t *testing.T) {
+	forEachWriter(t, testCoalescedSends)
+}
+
+func testCoalescedSends(t *testing.T, portable bool) {
 	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -26,6 +31,9 @@ func TestCoalescedSendsArriveAsSeparateDatagrams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	if portable {
+		p.bw = newXnetWriter(p.bc, batchSize, p.v6)
+	}
 	to := rx.LocalAddr().(*net.UDPAddr).AddrPort()
 	var pkts []vroce.Packet
 	for i := range 12 {
@@ -94,6 +102,14 @@ func providerPair(t *testing.T) (tx, rx *Provider) {
 	return tx, rx
 }
 
+// forEachWriter runs test with sendmmsg's writer (where there is one)
+// and with the portable one, x/net's, which other systems use.
+func forEachWriter(t *testing.T, test func(t *testing.T, portable bool)) {
+	for _, portable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("portable writer %v", portable), func(t *testing.T) { test(t, portable) })
+	}
+}
+
 // TestPortableReceivePath: the x/net reader, which other systems use,
 // delivers the same datagrams with their sources.
 func TestPortableReceivePath(t *testing.T) {
@@ -115,7 +131,14 @@ func TestPortableReceivePath(t *testing.T) {
 // as the whole packets they make, coalesced or alone, and a run's
 // segment size counts all three pieces.
 func TestPacketsInPiecesArriveWhole(t *testing.T) {
+	forEachWriter(t, testPacketsInPieces)
+}
+
+func testPacketsInPieces(t *testing.T, portable bool) {
 	tx, rx := providerPair(t)
+	if portable {
+		tx.bw = newXnetWriter(tx.bc, batchSize, tx.v6)
+	}
 	var sent []vroce.Packet
 	var whole [][]byte
 	for i := range 10 {

@@ -3,6 +3,7 @@ package udp
 import (
 	"net"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -10,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"vroce.dev/vroce"
 )
 
 // mmsgReader receives batches with recvmmsg directly, into structures it
@@ -162,4 +165,136 @@ func newBatchReader(c *net.UDPConn, size int, busy time.Duration) batchReader {
 		return nil
 	}
 	return m
+}
+
+// mmsgWriter sends batches with sendmmsg directly, from headers it owns
+// and fills in place: x/net's WriteBatch marshals every header and address
+// again on each call, which was a tenth of a ping-pong's user CPU.
+type mmsgWriter struct {
+	rc    syscall.RawConn
+	v6    bool
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec            // piecesPerMessage per message
+	used  []int                   // per message: the iovecs it fills
+	names []unix.RawSockaddrInet6 // room for either family
+	oobs  [][]byte
+	from  int // the messages to send, for write
+	n     int
+	sent  int
+	errno syscall.Errno
+	write func(fd uintptr) bool // made once: a closure per call would allocate
+}
+
+// piecesPerMessage is the iovecs one message may need: the three pieces
+// (Data, Body, Tail) of each of its segments.
+const piecesPerMessage = 3 * maxGSOSegments
+
+func newBatchWriter(c *net.UDPConn, size int, v6 bool) batchWriter {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	w := &mmsgWriter{rc: rc, v6: v6, hdrs: make([]unix.Mmsghdr, size), iovs: make([]unix.Iovec, size*piecesPerMessage),
+		used: make([]int, size), names: make([]unix.RawSockaddrInet6, size), oobs: make([][]byte, size)}
+	for i := range w.oobs {
+		w.oobs[i] = make([]byte, unix.CmsgSpace(2))
+	}
+	w.write = w.sendmmsg
+	return w
+}
+
+func (w *mmsgWriter) set(i int, pkts []vroce.Packet, segment int) {
+	iov := w.iovs[i*piecesPerMessage : (i+1)*piecesPerMessage]
+	k := 0
+	for j := range pkts {
+		pk := &pkts[j]
+		k = setPiece(iov, k, pk.Data)
+		k = setPiece(iov, k, pk.Body)
+		k = setPiece(iov, k, pk.Tail)
+	}
+	w.used[i] = k
+	h := &w.hdrs[i].Hdr
+	h.Iov = &iov[0]
+	h.SetIovlen(k)
+	h.Name, h.Namelen = w.name(i, pkts[0].Addr)
+	h.Control, h.Controllen = nil, 0
+	if segment > 0 {
+		c := gsoControl(w.oobs[i], segment)
+		h.Control = &c[0]
+		h.SetControllen(len(c))
+	}
+	w.hdrs[i].Len = 0
+}
+
+// setPiece points iov[k] at b, if b holds anything, and returns the next
+// free index.
+func setPiece(iov []unix.Iovec, k int, b []byte) int {
+	if len(b) == 0 {
+		return k
+	}
+	iov[k].Base = &b[0]
+	iov[k].SetLen(len(b))
+	return k + 1
+}
+
+// name writes message i's destination in the socket's family (IPv4 as
+// v4-mapped on an IPv6 socket).
+func (w *mmsgWriter) name(i int, to netip.AddrPort) (*byte, uint32) {
+	sa := &w.names[i]
+	if !w.v6 && to.Addr().Unmap().Is4() {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		sa4.Family = unix.AF_INET
+		putPort(&sa4.Port, to.Port())
+		sa4.Addr = to.Addr().Unmap().As4()
+		return (*byte)(unsafe.Pointer(sa4)), unix.SizeofSockaddrInet4
+	}
+	// An IPv6 destination on an IPv4 socket lands here too, and the
+	// kernel refuses it: a lost packet, as with x/net.
+	sa.Family = unix.AF_INET6
+	putPort(&sa.Port, to.Port())
+	sa.Flowinfo, sa.Scope_id = 0, 0
+	sa.Addr = to.Addr().As16()
+	return (*byte)(unsafe.Pointer(sa)), unix.SizeofSockaddrInet6
+}
+
+// putPort stores port in network byte order.
+func putPort(p *uint16, port uint16) {
+	b := (*[2]byte)(unsafe.Pointer(p))
+	b[0], b[1] = byte(port>>8), byte(port)
+}
+
+func (w *mmsgWriter) send(from, n int) (int, error) {
+	w.from, w.n, w.sent, w.errno = from, n, 0, 0
+	if err := w.rc.Write(w.write); err != nil {
+		return 0, err
+	}
+	if w.errno != 0 {
+		return w.sent, os.NewSyscallError("sendmmsg", w.errno)
+	}
+	return w.sent, nil
+}
+
+func (w *mmsgWriter) sendmmsg(fd uintptr) bool {
+	for {
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.from])), uintptr(w.n-w.from), 0, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false // wait until writable
+		case 0:
+			w.sent = int(r)
+		}
+		w.errno = e
+		return true
+	}
+}
+
+func (w *mmsgWriter) segmented(i int) bool { return w.hdrs[i].Hdr.Control != nil }
+
+func (w *mmsgWriter) release(n int) {
+	for i := range n {
+		clear(w.iovs[i*piecesPerMessage : i*piecesPerMessage+w.used[i]])
+		w.used[i] = 0
+	}
 }

@@ -177,13 +177,10 @@ type Provider struct {
 	batch []coalesced // pend's backing array, reused
 
 	sendMu  sync.Mutex
-	smsgs   []ipv4.Message
-	saddrs  []net.UDPAddr
-	gso     bool       // coalesce packets marked Coalesce, until the kernel refuses
-	iovs    [][][]byte // per message: room for the three pieces of every segment
-	gsoOOB  [][]byte   // per message: its UDP_SEGMENT control message
-	first   []int      // per message: the index of its first packet
-	gsoSent int        // coalesced datagrams sent (for tests)
+	bw      batchWriter
+	gso     bool  // coalesce packets marked Coalesce, until the kernel refuses
+	first   []int // per message: the index of its first packet
+	gsoSent int   // coalesced datagrams sent (for tests)
 }
 
 // coalesced is a received run of datagrams of seg bytes each (the last
@@ -241,12 +238,12 @@ func ListenWith(addr string, opts Options) (*Provider, error) {
 	if p.v6 {
 		p.mtu = linkMTU(local.Addr()) - ipv6Header - udpHeader
 	}
-	p.smsgs = make([]ipv4.Message, batchSize)
-	p.saddrs = make([]net.UDPAddr, batchSize)
 	p.gso = gsoSupported
-	p.iovs = make([][][]byte, batchSize)
-	p.gsoOOB = make([][]byte, batchSize)
 	p.first = make([]int, batchSize+1)
+	p.bw = newBatchWriter(conn, batchSize, p.v6)
+	if p.bw == nil {
+		p.bw = newXnetWriter(p.bc, batchSize, p.v6)
+	}
 	p.br = newBatchReader(conn, max(batchSize, groBatch), opts.BusyPoll)
 	if p.br == nil {
 		p.br = newXnetReader(p.bc, max(batchSize, groBatch))
@@ -260,12 +257,6 @@ func ListenWith(addr string, opts Options) (*Provider, error) {
 			p.rbufs[i] = make([]byte, 1<<16)
 			p.roob[i] = make([]byte, 64)
 		}
-	}
-	for i := range p.smsgs {
-		p.iovs[i] = make([][]byte, 0, 3*maxGSOSegments) // Data, Body, Tail
-		p.smsgs[i].Buffers = p.iovs[i][:1]
-		p.saddrs[i].IP = make(net.IP, 16)
-		p.gsoOOB[i] = make([]byte, 64)
 	}
 	return p, nil
 }
@@ -386,21 +377,26 @@ func (p *Provider) Send(pkts []vroce.Packet) error {
 	defer p.sendMu.Unlock()
 	for len(pkts) > 0 {
 		m, i := 0, 0
-		for i < len(pkts) && m < len(p.smsgs) {
+		for i < len(pkts) && m < batchSize {
 			j := p.run(pkts, i)
 			p.first[m] = i
-			p.message(m, pkts[i:j])
+			segment := 0
+			if j-i > 1 {
+				segment = pkts[i].Len()
+				p.gsoSent++
+			}
+			p.bw.set(m, pkts[i:j], segment)
 			m, i = m+1, j
 		}
 		p.first[m] = i
-		ms := p.smsgs[:m]
 		for off := 0; off < m; {
-			sent, err := p.bc.WriteBatch(ms[off:], 0)
+			sent, err := p.bw.send(off, m)
 			if err != nil {
 				if errors.Is(err, net.ErrClosed) {
+					p.bw.release(m)
 					return err
 				}
-				if bad := off + max(sent, 0); bad < m && ms[bad].OOB != nil && gsoRefused(err) {
+				if bad := off + max(sent, 0); bad < m && p.bw.segmented(bad) && gsoRefused(err) {
 					// The route cannot segment: send singly from here on.
 					p.gso = false
 					i = p.first[bad]
@@ -413,10 +409,7 @@ func (p *Provider) Send(pkts []vroce.Packet) error {
 			}
 			off += sent
 		}
-		for k := range ms {
-			clear(ms[k].Buffers)
-			ms[k].Buffers, ms[k].Addr, ms[k].OOB = p.iovs[k][:1], nil, nil
-		}
+		p.bw.release(m)
 		pkts = pkts[i:]
 	}
 	return nil
@@ -442,11 +435,47 @@ func (p *Provider) run(pkts []vroce.Packet, i int) int {
 	return j
 }
 
-// message fills send message m with pkts, coalesced if there are several.
-func (p *Provider) message(m int, pkts []vroce.Packet) {
-	a := &p.saddrs[m]
+// batchWriter sends batches of datagrams (sendmmsg on Linux) without
+// allocating: set fills message i, send sends messages [from, n).
+type batchWriter interface {
+	// set makes message i the packets pkts, all to pkts[0].Addr; with
+	// segment > 0 they leave as one datagram the kernel cuts into
+	// segments of that size (UDP GSO).
+	set(i int, pkts []vroce.Packet, segment int)
+	// send sends messages from..n-1 and returns how many left; on an
+	// error, how many left before the one that failed.
+	send(from, n int) (int, error)
+	segmented(i int) bool
+	// release lets the first n messages' buffers go.
+	release(n int)
+}
+
+// xnetWriter sends through x/net's WriteBatch where sendmmsg cannot be
+// called directly.
+type xnetWriter struct {
+	bc     batchConn
+	v6     bool
+	msgs   []ipv4.Message
+	addrs  []net.UDPAddr
+	iovs   [][][]byte // per message: room for the three pieces of every segment
+	gsoOOB [][]byte   // per message: its UDP_SEGMENT control message
+}
+
+func newXnetWriter(bc batchConn, size int, v6 bool) *xnetWriter {
+	w := &xnetWriter{bc: bc, v6: v6, msgs: make([]ipv4.Message, size), addrs: make([]net.UDPAddr, size),
+		iovs: make([][][]byte, size), gsoOOB: make([][]byte, size)}
+	for i := range w.msgs {
+		w.iovs[i] = make([][]byte, 0, 3*maxGSOSegments) // Data, Body, Tail
+		w.addrs[i].IP = make(net.IP, 16)
+		w.gsoOOB[i] = make([]byte, 64)
+	}
+	return w
+}
+
+func (w *xnetWriter) set(i int, pkts []vroce.Packet, segment int) {
+	a := &w.addrs[i]
 	ip := pkts[0].Addr.Addr()
-	if p.v6 {
+	if w.v6 {
 		b := ip.As16()
 		a.IP = a.IP[:16]
 		copy(a.IP, b[:])
@@ -456,25 +485,41 @@ func (p *Provider) message(m int, pkts []vroce.Packet) {
 		copy(a.IP, b[:])
 	}
 	a.Port = int(pkts[0].Addr.Port())
-	msg := &p.smsgs[m]
+	msg := &w.msgs[i]
 	msg.Addr = a
 	// The kernel gathers the segments, and the pieces of each, from an
 	// iovec each: no copy here.
-	iov := p.iovs[m][:0]
-	for i := range pkts {
-		pk := &pkts[i]
-		iov = append(iov, pk.Data)
-		if len(pk.Body) > 0 {
-			iov = append(iov, pk.Body)
-		}
-		if len(pk.Tail) > 0 {
-			iov = append(iov, pk.Tail)
-		}
+	iov := w.iovs[i][:0]
+	for k := range pkts {
+		iov = appendPieces(iov, &pkts[k])
 	}
 	msg.Buffers = iov
-	if len(pkts) > 1 {
-		msg.OOB = gsoControl(p.gsoOOB[m], pkts[0].Len())
-		p.gsoSent++
+	msg.OOB = nil
+	if segment > 0 {
+		msg.OOB = gsoControl(w.gsoOOB[i], segment)
+	}
+}
+
+// appendPieces appends the pieces of pk that hold bytes.
+func appendPieces(iov [][]byte, pk *vroce.Packet) [][]byte {
+	iov = append(iov, pk.Data)
+	if len(pk.Body) > 0 {
+		iov = append(iov, pk.Body)
+	}
+	if len(pk.Tail) > 0 {
+		iov = append(iov, pk.Tail)
+	}
+	return iov
+}
+
+func (w *xnetWriter) send(from, n int) (int, error) { return w.bc.WriteBatch(w.msgs[from:n], 0) }
+
+func (w *xnetWriter) segmented(i int) bool { return w.msgs[i].OOB != nil }
+
+func (w *xnetWriter) release(n int) {
+	for i := range w.msgs[:n] {
+		clear(w.msgs[i].Buffers)
+		w.msgs[i].Buffers, w.msgs[i].Addr, w.msgs[i].OOB = nil, nil, nil
 	}
 }
 
