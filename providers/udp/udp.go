@@ -4,9 +4,10 @@
 // host: each binds its own address and port (4791 by default).
 //
 // On Linux, runs of packets to a vRoCE peer leave as one segmented
-// datagram (UDP GSO) and arrive coalesced (UDP GRO), and receiving
-// allocates nothing: recvmmsg is called directly through the runtime's
-// poller. Where the kernel or the route cannot segment, it falls back.
+// datagram (UDP GSO) and arrive coalesced (UDP GRO), and neither sending
+// nor receiving allocates: recvmmsg and sendmmsg are called directly
+// through the runtime's poller, on headers the provider owns. Where the
+// kernel or the route cannot segment, it falls back.
 //
 // The socket sets DF (IP_PMTUDISC_DO): Linux then sends IPv4 ID 0 from an
 // unconnected socket, which is what lets a receiver rebuild the IP header
