@@ -3,7 +3,9 @@
 package providertest
 
 import (
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"vroce.dev/vroce"
 )
@@ -40,9 +42,16 @@ func AllocsPerBatch(t testing.TB, tx, rx vroce.Provider, out []vroce.Packet) flo
 
 // Receive takes n packets from rx, at most per in one Recv call, and
 // returns copies of them in arrival order (a provider may lend a packet's
-// memory only until its next Recv).
+// memory only until its next Recv). Packets that do not come within 10 s
+// fail the test: rx is closed then, to end the Recv that waits for them.
 func Receive(t testing.TB, rx vroce.Provider, n, per int) []vroce.Packet {
 	t.Helper()
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(10*time.Second, func() {
+		timedOut.Store(true)
+		rx.Close()
+	})
+	defer timer.Stop()
 	var got []vroce.Packet
 	in := make([]vroce.Packet, per)
 	for len(got) < n {
@@ -50,6 +59,9 @@ func Receive(t testing.TB, rx vroce.Provider, n, per int) []vroce.Packet {
 			in[i].Data = make([]byte, vroce.MaxPacketSize)
 		}
 		k, err := rx.Recv(in)
+		if timedOut.Load() {
+			t.Fatalf("%d of %d packets came within 10 s", len(got), n)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

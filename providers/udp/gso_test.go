@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,4 +165,67 @@ func testPacketsInPieces(t *testing.T, portable bool) {
 	if gsoSupported && tx.gso && tx.gsoSent != 1 {
 		t.Fatalf("%d coalesced sends, want 1", tx.gsoSent)
 	}
+}
+
+// refusingWriter stands for a route that cannot segment: it fails every
+// segmented message with EIO, as Linux does without checksum offload,
+// and passes the rest to the real writer.
+type refusingWriter struct {
+	batchWriter
+	refused int
+}
+
+func (w *refusingWriter) send(from, n int) (int, error) {
+	for i := from; i < n; i++ {
+		if w.segmented(i) {
+			sent := 0
+			if i > from {
+				var err error
+				if sent, err = w.batchWriter.send(from, i); err != nil {
+					return sent, err
+				}
+			}
+			w.refused++
+			return sent, os.NewSyscallError("sendmmsg", syscall.EIO)
+		}
+	}
+	return w.batchWriter.send(from, n)
+}
+
+// TestRefusedSegmentationFallsBackToSingleDatagrams: when the kernel
+// refuses a segmented send, the provider sends the rest of the batch,
+// and everything after, one datagram per packet; nothing is lost.
+// Both writers.
+func TestRefusedSegmentationFallsBackToSingleDatagrams(t *testing.T) {
+	if !gsoSupported {
+		t.Skip("no UDP GSO on this system: nothing to refuse")
+	}
+	forEachWriter(t, func(t *testing.T, portable bool) {
+		tx, rx := providerPair(t)
+		if portable {
+			tx.bw = newXnetWriter(tx.bc, batchSize, tx.v6)
+		}
+		w := &refusingWriter{batchWriter: tx.bw}
+		tx.bw = w
+		var sent []vroce.Packet
+		for i := range 12 {
+			// One alone, then a run the provider would coalesce.
+			sent = append(sent, vroce.Packet{Data: bytes.Repeat([]byte{byte(i + 1)}, 700), Addr: rx.LocalAddr(), Coalesce: i > 0})
+		}
+		if err := tx.Send(sent); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Send(sent[1:4]); err != nil { // after the fallback: singly at once
+			t.Fatal(err)
+		}
+		want := append(sent, sent[1:4]...)
+		for i, p := range providertest.Receive(t, rx, len(want), 4) {
+			if !bytes.Equal(p.Data, want[i].Data) {
+				t.Fatalf("packet %d: %d bytes of %d, want %d bytes of %d", i, len(p.Data), p.Data[0], len(want[i].Data), want[i].Data[0])
+			}
+		}
+		if tx.gso || w.refused != 1 {
+			t.Fatalf("GSO still on: %v; segmented sends refused: %d, want 1", tx.gso, w.refused)
+		}
+	})
 }
