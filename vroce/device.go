@@ -46,14 +46,12 @@ type Device struct {
 	local netip.AddrPort
 	epoch time.Time
 
-	mu     sync.Mutex // guards the resource tables and counts below
+	mu     sync.Mutex // guards closed and the resource counts
 	closed bool
 	count  struct{ qp, cq, mr, pd, srq int }
-	qps    map[uint32]*QP
-	mrs    map[uint32]*MR
 
-	qpTable *table[QP] // by QPN, for the receive path
-	mrTable *table[MR] // by key, for every access check
+	qpTable *table[QP] // by QPN: the receive path finds QPs here
+	mrTable *table[MR] // by key: every access check finds MRs here
 
 	atomicMu sync.Mutex // remote atomics execute one at a time per device
 	heldBufs sync.Pool  // *[]byte: out-of-order requests kept for selective repeat
@@ -106,8 +104,6 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 		attr:    deviceAttr(maxQP, mtu),
 		local:   p.LocalAddr(),
 		epoch:   time.Now(),
-		qps:     map[uint32]*QP{},
-		mrs:     map[uint32]*MR{},
 		qpTable: newTable(func(qp *QP) uint32 { return qp.qpn }),
 		mrTable: newTable(func(mr *MR) uint32 { return mr.key }),
 		done:    make(chan struct{}),
@@ -314,13 +310,7 @@ func (d *Device) fail(err error) {
 
 // failQPs moves every QP to the error state, flushing its work requests.
 func (d *Device) failQPs() {
-	d.mu.Lock()
-	qps := make([]*QP, 0, len(d.qps))
-	for _, qp := range d.qps {
-		qps = append(qps, qp)
-	}
-	d.mu.Unlock()
-	for _, qp := range qps {
+	for _, qp := range d.qpTable.all() {
 		qp.mu.Lock()
 		qp.toErrorLocked()
 		qp.mu.Unlock()

@@ -113,16 +113,10 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	}
 	mr := &MR{pd: pd, buf: buf, access: access}
 	mr.addr = (uint64(random32())<<32 | uint64(random32())) & (1<<52 - 1) &^ 0xfff
-	d.mu.Lock()
-	for {
+	d.mrTable.insert(mr, func() bool {
 		mr.key = random32()
-		if _, taken := d.mrs[mr.key]; !taken && mr.key != 0 {
-			break
-		}
-	}
-	d.mrs[mr.key] = mr
-	d.mu.Unlock()
-	d.mrTable.store(mr)
+		return mr.key != 0
+	})
 	return mr, nil
 }
 
@@ -133,9 +127,6 @@ func (mr *MR) Dereg() error {
 	}
 	d := mr.pd.dev
 	d.mrTable.delete(mr)
-	d.mu.Lock()
-	delete(d.mrs, mr.key)
-	d.mu.Unlock()
 	d.release(&d.count.mr)
 	mr.pd.refs.Add(-1)
 	return nil

@@ -291,18 +291,12 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		qp.srq.mu.Unlock()
 	}
 	qp.req.init(c.MaxSendWR)
-	d.mu.Lock()
-	for {
+	d.qpTable.insert(qp, func() bool {
 		// QPN 0 and 1 are the special QPs; the rest are random, so a
 		// stranger cannot guess them.
 		qp.qpn = random32() & 0xffffff
-		if _, taken := d.qps[qp.qpn]; !taken && qp.qpn > 1 {
-			break
-		}
-	}
-	d.qps[qp.qpn] = qp
-	d.mu.Unlock()
-	d.qpTable.store(qp)
+		return qp.qpn > 1
+	})
 	return qp, nil
 }
 
@@ -524,14 +518,9 @@ func (qp *QP) complete(cq *CQ, wc *WorkCompletion) { cq.push(wc) }
 // without completions.
 func (qp *QP) Destroy() error {
 	d := qp.dev
-	d.mu.Lock()
-	if d.qps[qp.qpn] != qp {
-		d.mu.Unlock()
+	if !d.qpTable.delete(qp) {
 		return ErrClosed
 	}
-	delete(d.qps, qp.qpn)
-	d.mu.Unlock()
-	d.qpTable.delete(qp)
 	qp.mu.Lock()
 	qp.state = QPSReset
 	qp.reset()

@@ -43,12 +43,8 @@ func (d *Device) Stats() DeviceStats {
 	d.mu.Lock()
 	c := &d.count
 	out.Resources = Resources{PD: c.pd, CQ: c.cq, MR: c.mr, QP: c.qp, SRQ: c.srq}
-	qps := make([]*QP, 0, len(d.qps))
-	for _, qp := range d.qps {
-		qps = append(qps, qp)
-	}
 	d.mu.Unlock()
-	for _, qp := range qps {
+	for _, qp := range d.qpTable.all() {
 		out.QPs.add(qp.Stats())
 	}
 	return out

@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 )
 
-// table finds QPs by QPN and MRs by key for the data path, which looks one
-// up for every packet and every SGE. A read is lock-free: an atomic load of
+// table holds a device's QPs by QPN and MRs by key, and finds them for the
+// data path, which looks one up for every packet and every SGE. A read is lock-free: an atomic load of
 // the slot array, then of a slot or two (the names are random, so they
 // spread evenly). sync.Map, which this replaces, hashed an interface key
 // and cost about a tenth of a small message's CPU on the receive side.
@@ -59,10 +59,14 @@ func (t *table[T]) load(k uint32) *T {
 	}
 }
 
-// store adds v, whose name the caller has made sure is not in the table.
-func (t *table[T]) store(v *T) {
+// insert adds v under a name no entry holds: name writes a candidate into
+// v (names are random) and reports whether it is one v may have; insert
+// asks again until it has one that is also free.
+func (t *table[T]) insert(v *T, name func() bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	for !name() || t.load(t.key(v)) != nil {
+	}
 	ts := t.slots.Load()
 	if ts == nil || 4*(t.used+1) > 3*len(ts.s) {
 		ts = t.rebuildLocked(t.live + 1)
@@ -81,25 +85,40 @@ func (t *table[T]) store(v *T) {
 	}
 }
 
-// delete removes v, if the table holds it.
-func (t *table[T]) delete(v *T) {
+// delete removes v and reports whether the table held it.
+func (t *table[T]) delete(v *T) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ts := t.slots.Load()
 	if ts == nil {
-		return
+		return false
 	}
 	mask := len(ts.s) - 1
 	for i := ts.home(t.key(v)); ; i = (i + 1) & mask {
 		switch p := ts.s[i].Load(); p {
 		case nil:
-			return
+			return false
 		case v:
 			ts.s[i].Store(t.tomb)
 			t.live--
-			return
+			return true
 		}
 	}
+}
+
+// all returns the entries, in no order.
+func (t *table[T]) all() []*T {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*T, 0, t.live)
+	if ts := t.slots.Load(); ts != nil {
+		for i := range ts.s {
+			if p := ts.s[i].Load(); p != nil && p != t.tomb {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // rebuildLocked moves the live entries to a fresh array at most half full

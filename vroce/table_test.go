@@ -11,6 +11,16 @@ type named struct{ name uint32 }
 
 func newNamedTable() *table[named] { return newTable(func(n *named) uint32 { return n.name }) }
 
+// put inserts n under the name it has, which must be free: insert would
+// ask for another name for ever.
+func put(t testing.TB, tb *table[named], n *named) {
+	t.Helper()
+	if tb.load(n.name) != nil {
+		t.Fatalf("name %#x is taken", n.name)
+	}
+	tb.insert(n, func() bool { return true })
+}
+
 // TestTableMatchesAMap churns a table through growth, tombstones and
 // rebuilds and checks every lookup against a plain map.
 func TestTableMatchesAMap(t *testing.T) {
@@ -26,7 +36,7 @@ func TestTableMatchesAMap(t *testing.T) {
 				continue
 			}
 			n := &named{k}
-			tb.store(n)
+			put(t, tb, n)
 			ref[k] = n
 			names = append(names, k)
 		default:
@@ -60,18 +70,19 @@ func TestTableMatchesAMap(t *testing.T) {
 // (all names share one home) and checks they are still found.
 func TestTableDeleteLeavesOthers(t *testing.T) {
 	tb := newNamedTable()
-	tb.store(&named{0}) // sizes the table
+	put(t, tb, &named{0}) // sizes the table
 	shift := tb.slots.Load().shift
 	var same []*named // names whose probes start at slot 0
 	for k := uint32(1); len(same) < 5; k++ {
 		if (k*0x9e3779b1)>>shift == 0 {
 			n := &named{k}
-			tb.store(n)
+			put(t, tb, n)
 			same = append(same, n)
 		}
 	}
-	tb.delete(same[1])
-	tb.delete(same[1]) // twice is harmless
+	if !tb.delete(same[1]) || tb.delete(same[1]) {
+		t.Fatal("delete did not report what the table held")
+	}
 	for i, n := range same {
 		want := n
 		if i == 1 {
@@ -82,7 +93,7 @@ func TestTableDeleteLeavesOthers(t *testing.T) {
 		}
 	}
 	again := &named{same[1].name}
-	tb.store(again)
+	put(t, tb, again)
 	if tb.load(again.name) != again {
 		t.Fatal("a name removed and stored again is not found")
 	}
@@ -96,7 +107,7 @@ func TestTableConcurrentReaders(t *testing.T) {
 	var stay []*named
 	for k := range uint32(64) {
 		n := &named{k<<20 | 1<<19}
-		tb.store(n)
+		put(t, tb, n)
 		stay = append(stay, n)
 	}
 	var stop atomic.Bool
@@ -126,7 +137,7 @@ func TestTableConcurrentReaders(t *testing.T) {
 			k := rng.Uint32() % 4096 // never one of stay's names, which are all larger
 			if tb.load(k) == nil {
 				n := &named{k}
-				tb.store(n)
+				put(t, tb, n)
 				churn = append(churn, n)
 			}
 		} else if len(churn) > 0 {
@@ -145,13 +156,41 @@ func TestTableConcurrentReaders(t *testing.T) {
 	}
 }
 
+// TestTableInsertPicksAFreeName: insert asks for names until one is both
+// acceptable and free, and all returns exactly the entries held.
+func TestTableInsertPicksAFreeName(t *testing.T) {
+	tb := newNamedTable()
+	first := &named{}
+	put(t, tb, &named{7})
+	candidates := []uint32{7, 0, 7, 9} // taken, refused, taken, free
+	var asked int
+	tb.insert(first, func() bool {
+		first.name = candidates[asked]
+		asked++
+		return first.name != 0
+	})
+	if first.name != 9 || asked != 4 || tb.load(9) != first {
+		t.Fatalf("inserted as %#x after %d names", first.name, asked)
+	}
+	got := map[uint32]bool{}
+	for _, n := range tb.all() {
+		got[n.name] = true
+	}
+	if len(got) != 2 || !got[7] || !got[9] {
+		t.Fatalf("all returned %v, want 7 and 9", got)
+	}
+}
+
 func BenchmarkTableLoad(b *testing.B) {
 	tb := newNamedTable()
 	var sm sync.Map
 	var names []uint32
 	for range 1000 {
 		n := &named{rand.Uint32()}
-		tb.store(n)
+		if tb.load(n.name) != nil {
+			continue
+		}
+		put(b, tb, n)
 		sm.Store(n.name, n)
 		names = append(names, n.name)
 	}
