@@ -7,10 +7,11 @@ import (
 )
 
 // table holds a device's QPs by QPN and MRs by key, and finds them for the
-// data path, which looks one up for every packet and every SGE. A read is lock-free: an atomic load of
-// the slot array, then of a slot or two (the names are random, so they
-// spread evenly). sync.Map, which this replaces, hashed an interface key
-// and cost about a tenth of a small message's CPU on the receive side.
+// data path, which looks one up for every packet and every SGE. A read is
+// lock-free: an atomic load of the slot array, then of a slot or two (the
+// names are random, so they spread evenly). sync.Map, used before, hashed
+// an interface key per lookup: about a tenth of a small message's CPU on
+// the receive side.
 //
 // Writers (create and destroy, register and deregister) take the mutex.
 // The table is open-addressed with linear probing; a removed entry leaves
