@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test vet fmt-check demo bench bench-page bench-scale bench-afxdp fuzz clean
+.PHONY: all build test vet fmt-check demo bench bench-page bench-targets bench-scale bench-afxdp fuzz clean
 
 all: build
 
@@ -61,6 +61,12 @@ bench: build
 # TCP across message sizes, in one run (a few minutes).
 bench-page: build
 	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -out bench
+
+# The data path's four targets (issue 7), each run RUNS times: every run's
+# figure and the median against the target (about two minutes at 7).
+RUNS ?= 7
+bench-targets: build
+	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -targets -runs $(RUNS)
 
 # Connection scale: 262,144 RC QPs by RDMA_CM between two processes, and
 # 10,000 through the default backlog (about a minute).

@@ -4,6 +4,12 @@
 //
 //	make bench-page        # or: go run ./bench/page -perf bin/vroce-perf -out bench
 //
+// With -targets it writes no page: it runs the data path's four targets
+// (issue 7) -runs times each and prints every run's figure and the median
+// against the target, since one run on a shared machine says little.
+//
+//	make bench-targets     # or: go run ./bench/page -targets -runs 7
+//
 // Every point is vroce-perf with --compare tcp: the vRoCE figure and the
 // TCP figure come from the same process, seconds apart. Each point is run
 // -runs times and the run whose vRoCE/TCP ratio is the median is kept,
@@ -35,6 +41,7 @@ type point struct {
 	BWAvg      float64 `json:"bw_avg_mibps"`
 	LatTypical float64 `json:"lat_typical_us"`
 	LatP99     float64 `json:"lat_p99_us"`
+	MsgRate    float64 `json:"msg_rate_mpps"`
 	CPUPerGiB  float64 `json:"cpu_s_per_gib"`
 }
 
@@ -49,32 +56,22 @@ func main() {
 	perf := flag.String("perf", "bin/vroce-perf", "the vroce-perf binary")
 	out := flag.String("out", "bench", "where to write the page")
 	runs := flag.Int("runs", 3, "runs per point; the one with the median ratio is kept")
+	targetsOnly := flag.Bool("targets", false, "measure the data path's targets instead of writing the page")
 	flag.Parse()
+	if *targetsOnly {
+		var results [][][]point
+		for _, t := range targets {
+			results = append(results, measure(*perf, *runs, t.test, t.args...))
+			fmt.Fprintf(os.Stderr, "page: %s done\n", t.name)
+		}
+		fmt.Print(targetReport(results))
+		return
+	}
 	bwSizes := []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20}
 	latSizes := []int{64, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
 	var all []point
 	run := func(test string, size, iters int) {
-		args := []string{test, "--loopback", "--compare", "tcp", "--json", "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)}
-		var pairs [][]point
-		for range max(*runs, 1) {
-			cmd := exec.Command(*perf, args...)
-			var stdout bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-			if err := cmd.Run(); err != nil {
-				fmt.Fprintf(os.Stderr, "page: %s %v: %v\n", *perf, args, err)
-				os.Exit(1)
-			}
-			var pair []point
-			sc := bufio.NewScanner(&stdout)
-			for sc.Scan() {
-				var p point
-				if json.Unmarshal(sc.Bytes(), &p) == nil && p.Test != "" {
-					pair = append(pair, p)
-				}
-			}
-			pairs = append(pairs, pair)
-		}
-		all = append(all, medianRun(pairs)...)
+		all = append(all, medianRun(measure(*perf, *runs, test, "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)))...)
 		fmt.Fprintf(os.Stderr, "page: %s -s %d done\n", test, size)
 	}
 	for _, test := range []string{"write_bw", "stream_bw"} {
@@ -91,6 +88,90 @@ func main() {
 		fmt.Fprintln(os.Stderr, "page:", err)
 		os.Exit(1)
 	}
+}
+
+// measure runs vroce-perf test --compare tcp runs times and returns each
+// run's results: the vRoCE figure, then TCP's.
+func measure(perf string, runs int, test string, args ...string) [][]point {
+	args = append([]string{test, "--loopback", "--compare", "tcp", "--json"}, args...)
+	var pairs [][]point
+	for range max(runs, 1) {
+		cmd := exec.Command(perf, args...)
+		var stdout bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "page: %s %v: %v\n", perf, args, err)
+			os.Exit(1)
+		}
+		var pair []point
+		sc := bufio.NewScanner(&stdout)
+		for sc.Scan() {
+			var p point
+			if json.Unmarshal(sc.Bytes(), &p) == nil && p.Test != "" {
+				pair = append(pair, p)
+			}
+		}
+		pairs = append(pairs, pair)
+	}
+	return pairs
+}
+
+// target is one of the data path's goals (issue 7): a ratio against
+// kernel TCP in the same run, or for send_bw a message rate.
+type target struct {
+	name, test string
+	args       []string
+	goal       float64
+	rate       bool // the goal is millions of messages a second, not a ratio
+}
+
+var targets = []target{
+	{"rsock stream_bw, 64 KiB: vRoCE/TCP bandwidth", "stream_bw", []string{"-s", "65536", "-n", "16000"}, 1.0, false},
+	{"rsock stream_lat, 64 B: vRoCE/TCP typical latency", "stream_lat", []string{"-s", "64", "-n", "10000"}, 1.25, false},
+	{"verbs write_bw, 64 KiB: vRoCE/TCP bandwidth", "write_bw", []string{"-s", "65536", "-n", "16000"}, 1.2, false},
+	{"verbs send_bw, 64 B: M messages/s", "send_bw", []string{"-s", "64", "-n", "300000"}, 1.0, true},
+}
+
+// targetReport lists each target's runs and their median against the
+// goal; results[i] holds the runs of targets[i].
+func targetReport(results [][][]point) string {
+	var b strings.Builder
+	for i, t := range targets {
+		var figures []float64
+		for _, run := range results[i] {
+			v, k := byProvider(run, t.test)
+			switch {
+			case len(v) == 0:
+			case t.rate:
+				figures = append(figures, v[0].MsgRate)
+			case len(k) == 0:
+			case strings.HasSuffix(t.test, "_lat"):
+				figures = append(figures, v[0].LatTypical/k[0].LatTypical)
+			default:
+				figures = append(figures, v[0].BWAvg/k[0].BWAvg)
+			}
+		}
+		if len(figures) == 0 {
+			fmt.Fprintf(&b, "%s: no results\n", t.name)
+			continue
+		}
+		runs := make([]string, len(figures))
+		for j, f := range figures {
+			runs[j] = fmt.Sprintf("%.2f", f)
+		}
+		slices.Sort(figures)
+		median := figures[(len(figures)-1)/2]
+		goal, met := fmt.Sprintf(">= %.2f", t.goal), median >= t.goal
+		if strings.HasSuffix(t.test, "_lat") {
+			goal, met = fmt.Sprintf("<= %.2f", t.goal), median <= t.goal
+		}
+		verdict := "not met"
+		if met {
+			verdict = "met"
+		}
+		fmt.Fprintf(&b, "%s\n  runs %s\n  median %.2f, target %s: %s\n", t.name, strings.Join(runs, " "), median, goal, verdict)
+	}
+	return b.String()
 }
 
 // medianRun returns the run, of several of one point, whose vRoCE/TCP

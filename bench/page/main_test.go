@@ -45,3 +45,43 @@ func TestMedianRunKeepsOneRunsPair(t *testing.T) {
 		t.Fatalf("one run: got %+v", got)
 	}
 }
+
+// The targets report takes each run's ratio (or, for send_bw, its message
+// rate), and judges the median against the goal: at least the goal for
+// bandwidth and rate, at most for latency.
+func TestTargetReportJudgesTheMedian(t *testing.T) {
+	pair := func(test string, v, k point) []point {
+		v.Test, v.Provider, k.Test, k.Provider = test, "udp", test, "tcp"
+		return []point{v, k}
+	}
+	results := [][][]point{
+		{ // stream_bw: ratios 0.5, 1.1, 1.2: median 1.1, met
+			pair("stream_bw", point{BWAvg: 50}, point{BWAvg: 100}),
+			pair("stream_bw", point{BWAvg: 110}, point{BWAvg: 100}),
+			pair("stream_bw", point{BWAvg: 120}, point{BWAvg: 100}),
+		},
+		{ // stream_lat: ratios 1.5, 1.2, 2.0: median 1.5, not met
+			pair("stream_lat", point{LatTypical: 15}, point{LatTypical: 10}),
+			pair("stream_lat", point{LatTypical: 12}, point{LatTypical: 10}),
+			pair("stream_lat", point{LatTypical: 20}, point{LatTypical: 10}),
+		},
+		{ // write_bw: one run, no TCP figure: no results
+			{{Test: "write_bw", Provider: "udp", BWAvg: 10}},
+		},
+		{ // send_bw: rates 0.9 and 1.3: the lower middle, 0.9, not met
+			pair("send_bw", point{MsgRate: 1.3}, point{MsgRate: 0.1}),
+			pair("send_bw", point{MsgRate: 0.9}, point{MsgRate: 0.1}),
+		},
+	}
+	r := targetReport(results)
+	for _, want := range []string{
+		"runs 0.50 1.10 1.20\n  median 1.10, target >= 1.00: met",
+		"runs 1.50 1.20 2.00\n  median 1.50, target <= 1.25: not met",
+		"verbs write_bw, 64 KiB: vRoCE/TCP bandwidth: no results",
+		"runs 1.30 0.90\n  median 0.90, target >= 1.00: not met",
+	} {
+		if !strings.Contains(r, want) {
+			t.Errorf("the report lacks %q:\n%s", want, r)
+		}
+	}
+}
