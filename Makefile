@@ -49,6 +49,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./vroce/wire
 	$(GO) test -run '^$$' -bench 'WriteGoodput|SendLatency' -benchtime 2000x ./vroce
 	$(GO) test -run '^$$' -bench 'TwoQPs' -benchtime 2000x ./vroce
+	$(GO) test -run '^$$' -bench 'PingPong64' -benchtime 20000x ./providers/udp
 	$(BIN)/vroce-perf write_bw --loopback -s 65536 -n 20000 --compare tcp
 	$(BIN)/vroce-perf send_bw --loopback -s 64 -n 200000 --compare tcp
 	$(BIN)/vroce-perf send_lat --loopback -s 64 -n 10000 --compare tcp
