@@ -629,12 +629,15 @@ func (qp *QP) onPiggyACK(p *wire.Packet) {
 }
 
 // kick sends what the send queue can send now, under qp.mu.
-func (qp *QP) kick() {
+func (qp *QP) kick() { qp.kickAt(qp.dev.now()) }
+
+// kickAt is kick for a caller that has just read the clock.
+func (qp *QP) kickAt(now int64) {
 	b := qp.dev.getBatch()
 	if qp.typ == UD {
 		qp.pumpUD(b)
 	} else {
-		qp.req.pump(qp, b)
+		qp.req.pump(qp, b, now)
 	}
 	qp.sendBatch(b)
 	qp.dev.putBatch(b)

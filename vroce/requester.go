@@ -323,11 +323,10 @@ func (r *requester) window() int { return min(r.cc.window(), maxWindow) }
 
 // pump sends what the window, the pacer, the READ/atomic depth and fences
 // allow: PSNs marked lost first, then new ones.
-func (r *requester) pump(qp *QP, b *txBatch) {
+func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 	if qp.state == QPSErr || r.rnrWait {
 		return
 	}
-	now := qp.dev.now()
 	for r.lostCount > 0 {
 		psn, ok := r.nextLost()
 		if !ok {
@@ -619,7 +618,7 @@ func (r *requester) onResponse(qp *QP, p *wire.Packet) {
 	r.advance(qp, now)
 	r.retire(qp)
 	if r.sndUna != una || r.lostCount != lost {
-		qp.kick() // the window moved or a retransmission is due
+		qp.kickAt(now) // the window moved or a retransmission is due
 	}
 	qp.checkDrained()
 }
@@ -1042,7 +1041,7 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 			r.lossSuspected(r.probe(), now)
 		}
 	}
-	r.pump(qp, b)
+	r.pump(qp, b, qp.dev.now()) // the timer goroutine's now may be old by the QPs before this one
 	r.schedule(qp)
 }
 
