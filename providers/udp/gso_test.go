@@ -181,8 +181,8 @@ func (w *refusingWriter) send(from, n int) (int, error) {
 			sent := 0
 			if i > from {
 				var err error
-				if sent, err = w.batchWriter.send(from, i); err != nil {
-					return sent, err
+				if sent, err = w.batchWriter.send(from, i); err != nil || sent < i-from {
+					return sent, err // the caller asks again from where it stopped
 				}
 			}
 			w.refused++
