@@ -139,16 +139,10 @@ func targetReport(results [][][]point) string {
 	for i, t := range targets {
 		var figures []float64
 		for _, run := range results[i] {
-			v, k := byProvider(run, t.test)
-			switch {
-			case len(v) == 0:
-			case t.rate:
+			if v, _ := byProvider(run, t.test); t.rate && len(v) > 0 {
 				figures = append(figures, v[0].MsgRate)
-			case len(k) == 0:
-			case strings.HasSuffix(t.test, "_lat"):
-				figures = append(figures, v[0].LatTypical/k[0].LatTypical)
-			default:
-				figures = append(figures, v[0].BWAvg/k[0].BWAvg)
+			} else if r := ratio(run); !t.rate && !math.IsNaN(r) {
+				figures = append(figures, r)
 			}
 		}
 		if len(figures) == 0 {
@@ -174,19 +168,25 @@ func targetReport(results [][][]point) string {
 	return b.String()
 }
 
+// ratio is one run's vRoCE figure over TCP's, latency or bandwidth as the
+// test measures; NaN when the run lacks one of them.
+func ratio(run []point) float64 {
+	if len(run) == 0 {
+		return math.NaN()
+	}
+	v, k := byProvider(run, run[0].Test)
+	if len(v) == 0 || len(k) == 0 {
+		return math.NaN()
+	}
+	if strings.HasSuffix(run[0].Test, "_lat") {
+		return v[0].LatTypical / k[0].LatTypical
+	}
+	return v[0].BWAvg / k[0].BWAvg
+}
+
 // medianRun returns the run, of several of one point, whose vRoCE/TCP
 // ratio is the median (the lower middle of an even count).
 func medianRun(runs [][]point) []point {
-	ratio := func(run []point) float64 {
-		v, k := byProvider(run, run[0].Test)
-		if len(v) == 0 || len(k) == 0 {
-			return math.NaN()
-		}
-		if strings.HasSuffix(run[0].Test, "_lat") {
-			return v[0].LatTypical / k[0].LatTypical
-		}
-		return v[0].BWAvg / k[0].BWAvg
-	}
 	sorted := slices.Clone(runs)
 	sorted = slices.DeleteFunc(sorted, func(r []point) bool { return len(r) == 0 || math.IsNaN(ratio(r)) })
 	if len(sorted) == 0 {
