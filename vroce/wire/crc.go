@@ -16,8 +16,11 @@ import (
 // PCLMULQDQ") turns the bulk into 16 bytes that leave the same CRC
 // remainder; the standard library finishes from there.
 func updateIEEE(crc uint32, p []byte) uint32 {
-	if len(p) < slicingMax {
+	if len(p) < shortMin || len(p) < slicingMax && !haveShortCRC {
 		return updateSlicing8(crc, p) // no dispatch: most of a short input's cost
+	}
+	if haveShortCRC && len(p) < foldMin {
+		return updateShort(crc, p, false)
 	}
 	if !haveFold256 || len(p) < foldMin {
 		return crc32.Update(crc, crc32.IEEETable, p)
@@ -33,9 +36,10 @@ func updateIEEE(crc uint32, p []byte) uint32 {
 }
 
 const (
+	shortMin   = 17  // shortCRC's least: it reads its second lane from p
 	slicingMax = 96  // below this slicing-by-8 beats hash/crc32's call
 	foldBlock  = 128 // bytes folded per step: four 256-bit accumulators
-	foldMin    = 512 // below this the standard library is as fast
+	foldMin    = 512 // below this the standard library (or shortCRC) is as fast
 )
 
 // foldKeys are the multipliers that move a 16-byte lane forward: the low
@@ -60,4 +64,59 @@ func foldKey(n int) uint64 {
 		}
 	}
 	return uint64(bits.Reverse32(r)) << 1
+}
+
+// updateShort is updateIEEE for p of 17 bytes or more, read in 16-byte
+// lanes and reduced with carry-less multiplies (Barrett), without the
+// tables slicing-by-8 reads: a short packet's ICRC otherwise costs eight
+// table reads per eight bytes, from tables the kernel's copies keep
+// evicting. With bth, p begins with a BTH whose resv8a the ICRC counts
+// as ones.
+func updateShort(crc uint32, p []byte, bth bool) uint32 {
+	d := uint64(^crc) // the register, XORed into the first bytes, is the same sum
+	if bth {
+		d |= uint64(p[4]^0xff) << 32
+	}
+	return shortCRC(p, d, -len(p)&15, &shortKeysIEEE)
+}
+
+// shortKeys are shortCRC's constants.
+type shortKeys struct {
+	fold    [2]uint64 // a lane forward 128 bits: foldKeys' last two
+	k64     uint64    // x^64 mod P, as foldKey
+	mu      uint64    // x^64 / P, bit-reflected over its 33 bits
+	poly    uint64    // P, bit-reflected over its 33 bits
+	shuffle [48]byte  // PSHUFB masks that move a lane up z bytes: 16-z and 32-z in
+}
+
+var shortKeysIEEE = func() (k shortKeys) {
+	k.fold = [2]uint64{foldKeys[2], foldKeys[3]}
+	k.k64 = foldKey(64)
+	k.mu = bits.Reverse64(barrettMu()) >> 31
+	k.poly = bits.Reverse64(crcPoly) >> 31
+	for i := range k.shuffle {
+		k.shuffle[i] = 0x80 // PSHUFB writes a zero
+	}
+	for i := range 16 {
+		k.shuffle[16+i] = byte(i)
+	}
+	return k
+}()
+
+// crcPoly is the CRC-32 polynomial with its x^32 term.
+const crcPoly = 1<<32 | 0x04C11DB7
+
+// barrettMu is the quotient of x^64 divided by crcPoly (degree 32), by
+// long division.
+func barrettMu() uint64 {
+	w, q := uint64(1)<<32, uint64(0) // w: the dividend's 33 coefficients in view
+	for range 33 {
+		q <<= 1
+		if w&(1<<32) != 0 {
+			q |= 1
+			w ^= crcPoly
+		}
+		w <<= 1
+	}
+	return q
 }

@@ -9,6 +9,9 @@ import "golang.org/x/sys/cpu"
 // reports only together with AVX-512.
 var haveFold256 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpuidECX7()&(1<<10) != 0
 
+// haveShortCRC: PCLMULQDQ, and SSSE3 for PSHUFB.
+var haveShortCRC = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3
+
 // cpuidECX7 returns ECX of CPUID leaf 7, subleaf 0.
 func cpuidECX7() uint32
 
@@ -18,3 +21,10 @@ func cpuidECX7() uint32
 //
 //go:noescape
 func fold256(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)
+
+// shortCRC is crc32.Update's result for p (more than 16 bytes) with d
+// XORed into its first eight bytes: the inverted register, and the
+// BTH's mask. z is -len(p) mod 16.
+//
+//go:noescape
+func shortCRC(p []byte, d uint64, z int, k *shortKeys) uint32

@@ -67,3 +67,94 @@ merge:
 	VMOVDQU      X1, (DI)
 	VZEROUPPER
 	RET
+
+// FOLD128 is FOLD on one 16-byte lane with SSE: acc = lo(acc)*k.lo ^
+// hi(acc)*k.hi ^ next.
+#define FOLD128(keys, acc, tmp, next) \
+	MOVO      acc, tmp \
+	PCLMULQDQ $0x00, keys, tmp \
+	PCLMULQDQ $0x11, keys, acc \
+	PXOR      next, tmp \
+	PXOR      tmp, acc
+
+// SHRINK takes 32 bits off the front of the message in x (bit-reflected,
+// x^64 mod P in k's low half) without changing its CRC: the front 32
+// bits, times x^64 mod P, are added to the rest, shifted 32 bits to the
+// front.
+#define SHRINK(k, mask, x, tmp) \
+	MOVO      x, tmp \
+	PAND      mask, tmp \
+	PCLMULQDQ $0x00, k, tmp \
+	PSRLDQ    $4, x \
+	PXOR      tmp, x
+
+// func shortCRC(p []byte, d uint64, z int, k *shortKeys) uint32
+TEXT ·shortCRC(SB), NOSPLIT, $0-52
+	MOVQ p_base+0(FP), SI
+	MOVQ p_len+8(FP), CX
+	MOVQ d+24(FP), AX
+	MOVQ z+32(FP), BX
+	MOVQ k+40(FP), DX
+
+	// The message with z zero bytes in front, so that it ends on a lane
+	// boundary; d (the register, and the BTH's mask) is XORed into its
+	// first bytes. The first lane is the message's first 16 bytes moved
+	// up z bytes; the second starts 16-z bytes in and takes what of d
+	// the first pushed out.
+	MOVQ   AX, X4
+	MOVOU  (SI), X1
+	PXOR   X4, X1
+	MOVQ   $16, R9
+	SUBQ   BX, R9
+	LEAQ   40(DX)(R9*1), R8
+	MOVOU  (R8), X6
+	PSHUFB X6, X1
+	MOVOU  16(R8), X7
+	PSHUFB X7, X4
+	MOVOU  (SI)(R9*1), X2
+	PXOR   X4, X2
+	MOVOU  (DX), X0
+	FOLD128(X0, X1, X5, X2)
+	LEAQ   16(SI)(R9*1), SI
+	ADDQ   BX, CX
+	SUBQ   $32, CX
+	JZ     reduce
+
+loop:
+	MOVOU (SI), X2
+	FOLD128(X0, X1, X5, X2)
+	ADDQ  $16, SI
+	SUBQ  $16, CX
+	JNZ   loop
+
+reduce:
+	// 128 bits to 96: the front 64 bits times x^64 mod P, added to the
+	// back 64 moved up 32.
+	MOVQ      16(DX), X0
+	MOVO      X1, X2
+	PCLMULQDQ $0x00, X0, X2
+	PSRLDQ    $8, X1
+	PSLLDQ    $4, X1
+	PXOR      X2, X1
+
+	// 96 bits to 64, then to the 64-bit T = M*x^32 (mod P).
+	PCMPEQB X3, X3
+	PSRLQ   $32, X3
+	SHRINK(X0, X3, X1, X2)
+	SHRINK(X0, X3, X1, X2)
+
+	// Barrett: q = (T's front 32 bits * mu) / x^32; the CRC is the back
+	// 32 bits of T + q*P.
+	MOVQ      24(DX), X0
+	MOVO      X1, X2
+	PAND      X3, X2
+	PCLMULQDQ $0x00, X0, X2
+	PAND      X3, X2
+	MOVQ      32(DX), X0
+	PCLMULQDQ $0x00, X0, X2
+	PXOR      X2, X1
+	PSRLQ     $32, X1
+	MOVQ      X1, AX
+	NOTL      AX
+	MOVL      AX, ret+48(FP)
+	RET

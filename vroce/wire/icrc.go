@@ -83,11 +83,15 @@ func headersCRC(ipHdr, udpHdr []byte) (uint32, bool) {
 // icrcFrom continues the CRC of the headers (headersCRC) over the BTH,
 // resv8a set to ones, and the rest of the packet before its ICRC.
 func icrcFrom(crc uint32, head, body, tail []byte) uint32 {
-	var bth [BTHLen]byte
-	copy(bth[:], head[:BTHLen])
-	bth[4] = 0xff // resv8a
-	crc = updateSlicing8(crc, bth[:])
-	crc = updateIEEE(crc, head[BTHLen:])
+	if haveShortCRC && len(head) >= shortMin && len(head) < foldMin {
+		crc = updateShort(crc, head, true) // resv8a masked on the way
+	} else {
+		var bth [BTHLen]byte
+		copy(bth[:], head[:BTHLen])
+		bth[4] = 0xff // resv8a
+		crc = updateSlicing8(crc, bth[:])
+		crc = updateIEEE(crc, head[BTHLen:])
+	}
 	crc = updateIEEE(crc, body)
 	return updateIEEE(crc, tail)
 }
