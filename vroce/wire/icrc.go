@@ -96,11 +96,15 @@ func icrcFrom(crc uint32, head, body, tail []byte) uint32 {
 	return updateIEEE(crc, tail)
 }
 
-// updatePrefix runs the CRC over the masked headers here, eight bytes a
-// step (slicing-by-8): handing a stack buffer to crc32.Update would move it
-// to the heap on every packet, and a byte a step cost as much as the CRC of
-// a 4 KiB payload.
+// updatePrefix runs the CRC over the masked headers here, with the short
+// path or eight bytes a step (slicing-by-8), both of which keep the buffer
+// on the stack: handing it to crc32.Update would move it to the heap on
+// every packet, and a byte a step cost as much as the CRC of a 4 KiB
+// payload.
 func updatePrefix(crc uint32, b *[pseudoLRHLen + maxIPHdrLen + udpHdrLen + BTHLen]byte, n int) uint32 {
+	if haveShortCRC && n >= shortMin {
+		return updateShort(crc, b[:n], false)
+	}
 	return updateSlicing8(crc, b[:n])
 }
 
@@ -196,18 +200,24 @@ func (f Flow) Seal(pkt []byte) bool {
 }
 
 // Sealer seals and checks the packets of one flow, keeping the CRC of the
-// pseudo headers for the last packet length it saw: a flow's packets come
-// in a few sizes (full ones, ACKs), and the headers are most of a small
+// pseudo headers for the last two packet lengths it saw: a flow's packets
+// come in a few sizes, mostly two at a time (full ones and ACKs, or full
+// ones and a message's last), and the headers are most of a small
 // packet's ICRC. Its methods are Flow's; one goroutine at a time uses it.
 type Sealer struct {
 	Flow Flow
-	n    int    // the packet length crc is for; 0 for none
-	crc  uint32 // headersCRC for packets of n bytes
+	lens [2]int    // the packet lengths crcs are for, the latest first; 0 for none
+	crcs [2]uint32 // headersCRC for packets of those lengths
 }
 
 func (s *Sealer) headers(n int) (uint32, bool) {
-	if n == s.n && n != 0 {
-		return s.crc, true
+	if n == s.lens[0] && n != 0 {
+		return s.crcs[0], true
+	}
+	if n == s.lens[1] && n != 0 {
+		s.lens[0], s.lens[1] = s.lens[1], s.lens[0]
+		s.crcs[0], s.crcs[1] = s.crcs[1], s.crcs[0]
+		return s.crcs[0], true
 	}
 	var b [MaxHeaderSpace]byte
 	ip, udp, ok := s.Flow.Headers(&b, n)
@@ -216,7 +226,8 @@ func (s *Sealer) headers(n int) (uint32, bool) {
 	}
 	crc, ok := headersCRC(ip, udp)
 	if ok {
-		s.n, s.crc = n, crc
+		s.lens[1], s.crcs[1] = s.lens[0], s.crcs[0]
+		s.lens[0], s.crcs[0] = n, crc
 	}
 	return crc, ok
 }

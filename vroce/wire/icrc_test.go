@@ -102,8 +102,9 @@ func TestSealSplitMatchesSeal(t *testing.T) {
 }
 
 // A Sealer gives the ICRC a Flow gives, for packets of one size in a row
-// (its cached headers) and of changing sizes, IPv4 and IPv6, split or
-// whole; Check accepts what it sealed and refuses a changed byte.
+// and of two sizes in turn (its cached headers), and of changing sizes,
+// IPv4 and IPv6, split or whole; Check accepts what it sealed and refuses
+// a changed byte.
 func TestSealerMatchesFlow(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, f := range []wire.Flow{
@@ -113,8 +114,11 @@ func TestSealerMatchesFlow(t *testing.T) {
 		s := wire.Sealer{Flow: f}
 		for i := 0; i < 300; i++ {
 			size := 64
-			if i%3 == 0 {
+			switch {
+			case i%3 == 0:
 				size = wire.BTHLen + rng.IntN(3000) + wire.ICRCLen
+			case i%2 == 0 && i > 150:
+				size = 20 // an ACK between full packets
 			}
 			want := make([]byte, size)
 			for k := range want {
