@@ -417,6 +417,23 @@ func TestKeepaliveFindsADeadPeer(t *testing.T) {
 	settle(t)
 }
 
+// The keepalive check dates a direction's last message by the check that
+// first saw its count change: a stream busy in one direction is not idle
+// in it, and one that stopped is idle from the check that saw its last
+// message, not from its first.
+func TestKeepaliveDatesActivityByItsChecks(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	a := activity{rxAt: t0, txAt: t0}
+	a.update(3, 0, at(10)) // three received since the start
+	a.update(5, 1, at(20))
+	a.update(5, 1, at(30)) // nothing since
+	a.update(5, 2, at(40))
+	if !a.rxAt.Equal(at(20)) || !a.txAt.Equal(at(40)) {
+		t.Fatalf("last receive dated %v, last send %v; want 20 ms and 40 ms", a.rxAt.Sub(t0), a.txAt.Sub(t0))
+	}
+}
+
 // TestPeerProcessKilledMidTransfer: another process streams to us and is
 // killed (no FIN, no DREQ, its UDP port just goes). The reader gets the
 // data that arrived, then, its keepalive unanswered, ETIMEDOUT.

@@ -82,7 +82,6 @@ type stream struct {
 	rq      fifo[chunk]
 	owed    int  // credits earned by reading, not yet granted back
 	peerFIN bool // the peer will send no more
-	lastRx  time.Time
 	// Sending.
 	credits  int     // data messages the peer will take
 	pending  *buffer // bytes written and not yet sent
@@ -90,7 +89,11 @@ type stream struct {
 	wShut    bool // no more writes: FIN follows the data
 	finSent  bool
 	finDone  bool // the FIN's send completed
-	lastTx   time.Time
+	// Keepalive: messages received and sent, counted rather than timed
+	// (a clock read per message is a tenth of a microsecond), and when
+	// the keepalive check last saw each count change.
+	rxCount, txCount uint64
+	seen             activity
 	// Lifecycle.
 	closed  bool  // the application closed the stream
 	linger  int   // -1: orderly close; 0: reset on close
@@ -105,7 +108,7 @@ type stream struct {
 
 func newStream(st *stack, qp *vroce.QP, keepAlive time.Duration) *stream {
 	return &stream{st: st, qp: qp, keepAlive: keepAlive, linger: -1,
-		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), lastRx: time.Now()}
+		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), seen: activity{rxAt: time.Now()}}
 }
 
 // start sets what the peer said at connection time. Credits add up: a
@@ -114,7 +117,8 @@ func (s *stream) start(peer streamHello) {
 	s.mu.Lock()
 	s.credits += peer.window
 	s.peerBuf = min(peer.bufSize, bufSize)
-	s.lastRx, s.lastTx = time.Now(), time.Now()
+	now := time.Now()
+	s.seen = activity{rx: s.rxCount, tx: s.txCount, rxAt: now, txAt: now}
 	s.mu.Unlock()
 }
 
@@ -255,7 +259,7 @@ func (s *stream) flushLocked() {
 	s.pending = nil
 	s.credits--
 	s.owed = 0
-	s.lastTx = time.Now()
+	s.txCount++
 	s.inflight.push(sent{buf: b, kind: kindData})
 }
 
@@ -269,7 +273,7 @@ func (s *stream) controlLocked(kind int) bool {
 		return false // the send queue is full or the QP failed: a later call retries
 	}
 	s.owed = 0
-	s.lastTx = time.Now()
+	s.txCount++
 	s.inflight.push(sent{kind: kind})
 	return true
 }
@@ -437,7 +441,7 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 		}
 		return
 	}
-	s.lastRx = time.Now()
+	s.rxCount++
 	s.credits += int(wc.Imm & 0xffff)
 	keep := false
 	switch int(wc.Imm >> 28) {
@@ -530,10 +534,28 @@ func (s *stream) keepaliveCheck(now time.Time) time.Duration {
 	if s.keepAlive <= 0 || s.gone || s.err != nil {
 		return 0
 	}
-	if now.Sub(s.lastRx) >= s.keepAlive && now.Sub(s.lastTx) >= s.keepAlive/2 {
+	s.seen.update(s.rxCount, s.txCount, now)
+	if now.Sub(s.seen.rxAt) >= s.keepAlive && now.Sub(s.seen.txAt) >= s.keepAlive/2 {
 		s.controlLocked(kindKeepalive)
 	}
 	return s.keepAlive
+}
+
+// activity is what the keepalive check last saw of a stream's message
+// counts, and when it saw each change: the last message in a direction
+// was no later than that, and no earlier than the check before.
+type activity struct {
+	rx, tx     uint64
+	rxAt, txAt time.Time
+}
+
+func (a *activity) update(rx, tx uint64, now time.Time) {
+	if rx != a.rx {
+		a.rx, a.rxAt = rx, now
+	}
+	if tx != a.tx {
+		a.tx, a.txAt = tx, now
+	}
 }
 
 // teardown releases the stream's QP and buffers once it is finished.
