@@ -23,10 +23,12 @@ fmt-check:
 
 # Every test with the race detector, fuzz seed corpora included; then the
 # allocation checks again without it, where sync.Pool keeps what it is
-# given and "no allocation per packet or message" means zero.
+# given and "no allocation per packet or message" means zero; then the
+# wire codec with its assembly off (purego), as on CPUs without it.
 test: fmt-check vet build
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(GO) test -count=1 -run 'NoAllocation' ./...
+	$(GO) test -count=1 -tags purego ./vroce/wire
 
 # The demo: HTTP and gRPC services over vRoCE (UDP on loopback), then the
 # verbs, each next to kernel TCP in the same run. Under a minute.
