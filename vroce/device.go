@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"vroce.dev/internal/clock"
 	"vroce.dev/vroce/wire"
@@ -366,6 +367,7 @@ func (d *Device) flush(b *txBatch) {
 	if len(b.pkts) == 0 {
 		return
 	}
+	b.joinLone()
 	if d.pcap != nil {
 		var whole []byte
 		for i := range b.pkts {
@@ -434,6 +436,42 @@ func (b *txBatch) addLent(qp *QP, hl int, body []byte, trailer int) {
 	qp.txSeal.SealSplit(head, body, tail)
 	b.pkts = append(b.pkts, Packet{Data: head, Body: body, Tail: tail, Addr: qp.flow.Dst, Coalesce: qp.attr.SelectiveRepeat})
 	b.flows = append(b.flows, qp.flow)
+}
+
+// joinLone copies the payload of a batch's only packet, lent from
+// registered memory, in behind its headers when the kernel would copy it
+// from there slowly (aliased4K). That is the latency case: a lone
+// datagram, into memory the kernel reuses hot. In a batch of several
+// the kernel writes memory it has not touched lately, which costs what
+// the aliasing would, and the copy here would only add to the sender's
+// work (measured: 64 KiB RDMA WRITEs took 14% more CPU per GiB).
+func (b *txBatch) joinLone() {
+	if len(b.pkts) != 1 {
+		return
+	}
+	p := &b.pkts[0]
+	if len(p.Body) == 0 || !aliased4K(len(p.Data), p.Body) {
+		return
+	}
+	buf := b.bufs[0] // the packet's: Data and Tail are in it
+	hl, n, t := len(p.Data), len(p.Body), len(p.Tail)
+	copy(buf[hl+n:hl+n+t], p.Tail) // the tail follows the headers: out of the payload's way first
+	copy(buf[hl:hl+n], p.Body)
+	p.Data, p.Body, p.Tail = buf[:hl+n+t], nil, nil
+}
+
+// aliased4K reports whether body, sent hl bytes into a datagram, would
+// reach the kernel's copy just behind where it goes, modulo 4 KiB. x86
+// Linux copies from user memory with REP MOVSB, which crawls when the
+// destination runs 1-63 bytes ahead of the source in the low 12 address
+// bits (loads alias the stores before them), and it lays a large
+// datagram out with its payload starting on a page: a payload lent from
+// a page-aligned buffer behind a 12-28-byte header is that case. A
+// packet buffer starts on 64 bytes, so the kernel copies a packet sent
+// whole from one at full speed.
+func aliased4K(hl int, body []byte) bool {
+	r := (hl - int(uintptr(unsafe.Pointer(unsafe.SliceData(body))))) & 4095
+	return r > 0 && r < 64
 }
 
 // addFor is add for a packet of qp's, sealed by the QP's Sealer: one a

@@ -42,8 +42,9 @@ func TestEveryPathMTUSegmentsAndReassembles(t *testing.T) {
 }
 
 // TestExtensionMTUsSegmentAndReassemble: the vRoCE extension MTUs, on a
-// link that carries them, as the IB MTUs above; piggybacked ACKs and
-// payloads straight from registered memory included.
+// link that carries them, as the IB MTUs above; piggybacked ACKs included,
+// and payloads both lent straight from registered memory and, from a
+// page's start, copied behind their headers when alone (joinLone).
 func TestExtensionMTUsSegmentAndReassemble(t *testing.T) {
 	for _, mtu := range []vroce.MTU{vroce.MTU8192, vroce.MTU16384, vroce.MTU32768} {
 		t.Run(mtu.String(), func(t *testing.T) {
@@ -54,23 +55,28 @@ func TestExtensionMTUsSegmentAndReassemble(t *testing.T) {
 			o.BufSize = 48 * m
 			a, b, _ := simPair(t, o)
 			recvAt, writeAt, readAt := 0, 16*m, 32*m
-			for _, size := range []int{1, m - 1, m, m + 1, 7*m + 3} {
-				fill(a.Buf[:size], byte(size))
+			for i, size := range []int{1, m - 1, m, m + 1, 7*m + 3, m, 7*m + 3} {
+				from := 0
+				if i >= 5 {
+					from = 256
+				}
+				src := a.Buf[from : from+size]
+				fill(src, byte(size))
 				if err := b.QP.PostRecv(vroce.RecvWR{ID: uint64(size), SGL: []vroce.SGE{b.MR.SGE(recvAt, 8*m)}}); err != nil {
 					t.Fatal(err)
 				}
 				if err := a.QP.PostSend(
-					vroce.SendWR{ID: 1, Opcode: vroce.WRSend, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, size)}},
-					vroce.SendWR{ID: 2, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(0, size)}, RemoteAddr: b.MR.Addr() + uint64(writeAt), RKey: b.MR.RKey()},
+					vroce.SendWR{ID: 1, Opcode: vroce.WRSend, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(from, size)}},
+					vroce.SendWR{ID: 2, Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(from, size)}, RemoteAddr: b.MR.Addr() + uint64(writeAt), RKey: b.MR.RKey()},
 					vroce.SendWR{ID: 3, Opcode: vroce.WRRDMARead, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(readAt, size)}, RemoteAddr: b.MR.Addr() + uint64(writeAt), RKey: b.MR.RKey()},
 				); err != nil {
 					t.Fatal(err)
 				}
 				mustSucceed(t, waitCompletions(t, a.CQ, 3, 5*time.Second))
 				wc := waitCompletions(t, b.CQ, 1, 5*time.Second)[0]
-				if int(wc.ByteLen) != size || !bytes.Equal(b.Buf[recvAt:recvAt+size], a.Buf[:size]) ||
-					!bytes.Equal(b.Buf[writeAt:writeAt+size], a.Buf[:size]) || !bytes.Equal(a.Buf[readAt:readAt+size], a.Buf[:size]) {
-					t.Fatalf("size %d: data or length wrong (receive %+v)", size, wc)
+				if int(wc.ByteLen) != size || !bytes.Equal(b.Buf[recvAt:recvAt+size], src) ||
+					!bytes.Equal(b.Buf[writeAt:writeAt+size], src) || !bytes.Equal(a.Buf[readAt:readAt+size], src) {
+					t.Fatalf("size %d from %d: data or length wrong (receive %+v)", size, from, wc)
 				}
 			}
 			verbstest.PingPong(t, a, b, 20, m+5)

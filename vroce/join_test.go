@@ -1,0 +1,86 @@
+package vroce
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// aliased4K flags a payload whose copy would run 1-63 bytes ahead of
+// itself modulo 4 KiB, and only that.
+func TestAliased4K(t *testing.T) {
+	mem := make([]byte, 3*4096)
+	page := int(-uintptr(unsafe.Pointer(&mem[0])) & 4095) // the first page boundary in mem
+	for _, c := range []struct {
+		hl, at int // headers before the payload; its offset from a page
+		want   bool
+	}{
+		{12, 0, true}, {16, 0, true}, {28, 0, true}, {63, 0, true}, {1, 0, true},
+		{0, 0, false},    // header-less: destination and source alike
+		{64, 0, false},   // a cache line or more ahead
+		{16, 16, false},  // aligned to each other
+		{16, 64, false},  // the source ahead of the destination
+		{16, 4090, true}, // 22 bytes ahead, across the page
+	} {
+		body := mem[page+c.at : page+c.at+1024]
+		if got := aliased4K(c.hl, body); got != c.want {
+			t.Errorf("%d bytes of headers, payload %d bytes into a page: aliased %v, want %v", c.hl, c.at, got, c.want)
+		}
+	}
+}
+
+// The packet buffers a copied payload goes to start on 64 bytes, so that
+// the kernel's copy of the whole packet never aliases itself either.
+func TestPacketBuffersStartOn64Bytes(t *testing.T) {
+	for _, mtu := range []MTU{MTU256, MTU512, MTU1024, MTU2048, MTU4096, MTU8192, MTU16384, MTU32768} {
+		b := newTxBatch(4, packetSize(mtu))
+		for range 4 {
+			buf := b.buf()
+			if a := uintptr(unsafe.Pointer(&buf[0])) & 63; a != 0 {
+				t.Fatalf("MTU %d: a packet buffer starts %d bytes past 64", mtu, a)
+			}
+			b.pkts = append(b.pkts, Packet{})
+		}
+	}
+}
+
+// joinLone copies an aliased lent payload in behind its headers when its
+// packet is the batch's only one, keeping the packet's bytes; a payload
+// that does not alias, or a batch of several, is left lent.
+func TestJoinLoneMakesAnAliasedPayloadContiguous(t *testing.T) {
+	mem := make([]byte, 6*4096)
+	page := int(-uintptr(unsafe.Pointer(&mem[0])) & 4095)
+	for i := range mem {
+		mem[i] = byte(i * 7)
+	}
+	lone := func(at int) (*txBatch, []byte) {
+		b := newTxBatch(4, packetSize(MTU4096))
+		buf := b.buf()
+		for i := range 24 {
+			buf[i] = byte(200 + i) // 16 bytes of headers, then 8 of tail
+		}
+		body := mem[page+at : page+at+4096]
+		b.pkts = append(b.pkts, Packet{Data: buf[:16:16], Body: body, Tail: buf[16:24]})
+		want := b.pkts[0].AppendTo(nil)
+		return b, want
+	}
+
+	b, want := lone(0)
+	b.joinLone()
+	if p := b.pkts[0]; p.Body != nil || p.Tail != nil || string(p.Data) != string(want) {
+		t.Fatalf("a page-aligned payload behind 16 bytes of headers: body lent %v, %d bytes, same bytes %v",
+			p.Body != nil, p.Len(), string(p.AppendTo(nil)) == string(want))
+	}
+
+	b, want = lone(256)
+	b.joinLone()
+	if p := b.pkts[0]; p.Body == nil || string(p.AppendTo(nil)) != string(want) {
+		t.Fatal("a payload that does not alias was copied, or changed")
+	}
+
+	b, _ = lone(0)
+	b.pkts = append(b.pkts, b.pkts[0])
+	b.joinLone()
+	if b.pkts[0].Body == nil {
+		t.Fatal("a payload in a batch of two was copied")
+	}
+}
