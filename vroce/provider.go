@@ -23,8 +23,9 @@ type Packet struct {
 	// Body and Tail, on Send, continue Data: the packet is Data, then
 	// Body, then Tail. A large payload travels in Body straight from the
 	// application's registered memory, so that the kernel's copy is its
-	// only one; Tail then holds the pad and ICRC. A provider reads both
-	// during Send and keeps neither. Recv leaves them empty.
+	// only one (unless that copy would be slow: see joinLone); Tail then
+	// holds the pad and ICRC. A provider reads both during Send and keeps
+	// neither. Recv leaves them empty.
 	Body, Tail []byte
 	// Coalesce, on Send, says the receiver is vRoCE: a provider may send
 	// the packet together with its neighbours of the same size to the same
