@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,7 @@ type Device struct {
 	// receive loop last looked (set by CQ.push).
 	handedOff atomic.Bool
 	handlers  handlerQueue // CQ completion handlers due after a batch
+	yield     yieldGate    // owned by the receive goroutine
 	done      chan struct{}
 	wg        sync.WaitGroup
 }
@@ -288,7 +290,7 @@ func (d *Device) handleBatch(pkts []Packet, out *txBatch, due []*CQ) []*CQ {
 		// posts at once carries the ACK its request is owed
 		// (wire.PiggyACK); only what is still owed then goes out as ACK
 		// datagrams.
-		runtime.Gosched()
+		d.yield.yield()
 	}
 	out.piggy = false
 	for i, qp := range out.acks {
@@ -298,6 +300,38 @@ func (d *Device) handleBatch(pkts []Packet, out *txBatch, due []*CQ) []*CQ {
 	out.acks = out.acks[:0]
 	d.flush(out)
 	return due
+}
+
+// yieldGate lets the receive goroutine yield to the goroutines a batch
+// woke when they would run next, and not when others are queued: a yield
+// puts the receive goroutine behind every runnable goroutine (Gosched
+// queues it globally). In a ping-pong the woken goroutine is alone and
+// back within microseconds with its reply; under load every stream of the
+// device would wait for the others to run before its next packet is
+// read (eight concurrent HTTP/1.1 connections: p99 4.5 ms, against 1.5-2
+// ms without yielding and TCP's 2). Owned by the receive goroutine.
+type yieldGate struct {
+	runnable []metrics.Sample
+}
+
+// fewRunnable is how many runnable goroutines still let the receive
+// goroutine yield: the one its batch woke, and one more.
+const fewRunnable = 2
+
+func (g *yieldGate) yield() {
+	if g.open() {
+		runtime.Gosched()
+	}
+}
+
+// open reports whether few enough goroutines are runnable to yield.
+func (g *yieldGate) open() bool {
+	if g.runnable == nil {
+		g.runnable = []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
+	}
+	metrics.Read(g.runnable) // about 150 ns, whatever the number of goroutines
+	v := g.runnable[0].Value
+	return v.Kind() != metrics.KindUint64 || v.Uint64() <= fewRunnable
 }
 
 // fail ends a device whose provider can never receive again: every QP

@@ -1,6 +1,8 @@
 package vroce
 
 import (
+	"runtime"
+	"sync"
 	"testing"
 	"unsafe"
 )
@@ -82,5 +84,28 @@ func TestJoinLoneMakesAnAliasedPayloadContiguous(t *testing.T) {
 	b.joinLone()
 	if b.pkts[0].Body == nil {
 		t.Fatal("a payload in a batch of two was copied")
+	}
+}
+
+// The receive goroutine yields to what its batch woke only while few
+// goroutines are runnable: queued behind many, it would hold up every
+// stream of the device.
+func TestYieldGateShutsWhenManyAreRunnable(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // the goroutines below stay runnable until this one blocks
+	var g yieldGate
+	if !g.open() {
+		t.Fatal("the gate is shut with nothing else to run")
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {})
+	}
+	open := g.open()
+	wg.Wait()
+	if open {
+		t.Fatal("the gate is open with eight goroutines runnable")
+	}
+	if !g.open() {
+		t.Fatal("the gate stayed shut once they had run")
 	}
 }
