@@ -16,11 +16,11 @@ import (
 // PCLMULQDQ") turns the bulk into 16 bytes that leave the same CRC
 // remainder; the standard library finishes from there.
 func updateIEEE(crc uint32, p []byte) uint32 {
-	if len(p) < shortMin || len(p) < slicingMax && !haveShortCRC {
-		return updateSlicing8(crc, p) // no dispatch: most of a short input's cost
-	}
-	if haveShortCRC && len(p) < foldMin {
+	if shortPath(len(p)) {
 		return updateShort(crc, p, false)
+	}
+	if len(p) < slicingMax {
+		return updateSlicing8(crc, p) // no dispatch: most of a short input's cost
 	}
 	if !haveFold256 || len(p) < foldMin {
 		return crc32.Update(crc, crc32.IEEETable, p)
@@ -65,6 +65,10 @@ func foldKey(n int) uint64 {
 	}
 	return uint64(bits.Reverse32(r)) << 1
 }
+
+// shortPath reports whether n bytes go through updateShort: where the
+// CPU has it, from its least to where folding 256 bits at a time wins.
+func shortPath(n int) bool { return haveShortCRC && n >= shortMin && n < foldMin }
 
 // updateShort is updateIEEE for p of 17 bytes or more, read in 16-byte
 // lanes and reduced with carry-less multiplies (Barrett), without the

@@ -83,7 +83,7 @@ func headersCRC(ipHdr, udpHdr []byte) (uint32, bool) {
 // icrcFrom continues the CRC of the headers (headersCRC) over the BTH,
 // resv8a set to ones, and the rest of the packet before its ICRC.
 func icrcFrom(crc uint32, head, body, tail []byte) uint32 {
-	if haveShortCRC && len(head) >= shortMin && len(head) < foldMin {
+	if shortPath(len(head)) {
 		crc = updateShort(crc, head, true) // resv8a masked on the way
 	} else {
 		var bth [BTHLen]byte
@@ -102,7 +102,7 @@ func icrcFrom(crc uint32, head, body, tail []byte) uint32 {
 // every packet, and a byte a step cost as much as the CRC of a 4 KiB
 // payload.
 func updatePrefix(crc uint32, b *[pseudoLRHLen + maxIPHdrLen + udpHdrLen + BTHLen]byte, n int) uint32 {
-	if haveShortCRC && n >= shortMin {
+	if shortPath(n) {
 		return updateShort(crc, b[:n], false)
 	}
 	return updateSlicing8(crc, b[:n])
