@@ -13,9 +13,13 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/rsock-proxy ./cmd/rsock-proxy
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/http-over-vroce ./examples/http-over-vroce
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/grpc-over-vroce ./examples/grpc-over-vroce
+	cd bench/quic && CGO_ENABLED=0 $(GO) build -o ../../$(BIN)/quic-perf .
 
+# bench/quic is a module of its own (quic-go stays out of vroce.dev's
+# dependencies): ./... does not reach it.
 vet:
 	CGO_ENABLED=0 $(GO) vet ./...
+	cd bench/quic && $(GO) vet ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -27,6 +31,7 @@ fmt-check:
 # wire codec with its assembly off (purego), as on CPUs without it.
 test: fmt-check vet build
 	$(GO) test -race -count=1 -timeout 12m ./...
+	cd bench/quic && $(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run 'NoAllocation' ./...
 	$(GO) test -count=1 -tags purego ./vroce/wire
 
@@ -59,11 +64,14 @@ bench: build
 	$(GO) test -run '^$$' -bench 'Stream' -benchtime 2s ./rsock
 	$(BIN)/vroce-perf stream_bw --loopback -s 65536 -n 20000 --compare tcp
 	$(BIN)/vroce-perf stream_lat --loopback -s 64 -n 10000 --compare tcp
+	$(BIN)/quic-perf stream_bw -s 65536 -n 20000
+	$(BIN)/quic-perf stream_lat -s 64 -n 10000
 
 # The results page: bench/README.md and its plots, vRoCE against kernel
-# TCP across message sizes, in one run (a few minutes).
+# TCP across message sizes, the streams against quic-go too, in one run
+# (about ten minutes).
 bench-page: build
-	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -out bench
+	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -quic $(BIN)/quic-perf -out bench
 
 # The data path's four targets (issue 7), each run RUNS times: every run's
 # figure and the median against the target (about two minutes at 7).

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Both workloads run over QUIC and TCP with every message checked, and
+// print vroce-perf's JSON: what the results page reads.
+func TestWorkloadsRunOverQUICAndTCP(t *testing.T) {
+	for _, test := range []string{"stream_bw", "stream_lat"} {
+		var out bytes.Buffer
+		if err := run([]string{test, "-s", "3000", "-n", "200", "--verify", "--json"}, &out); err != nil {
+			t.Fatalf("%s: %v", test, err)
+		}
+		var providers []string
+		for line := range strings.Lines(out.String()) {
+			var r result
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("%s: %q: %v", test, line, err)
+			}
+			providers = append(providers, r.Provider)
+			if r.Provider == "quic" && !strings.HasPrefix(r.Version, "v") {
+				t.Errorf("%s: quic-go's version is %q", test, r.Version)
+			}
+			if r.Test != test || r.Bytes != 3000 || r.Iterations != 200 || !r.Verified {
+				t.Errorf("%s: %+v", test, r)
+			}
+			if test == "stream_bw" && (r.BWAvg <= 0 || r.CPUPerGiB <= 0) {
+				t.Errorf("stream_bw over %s: no bandwidth or CPU: %+v", r.Provider, r)
+			}
+			if test == "stream_lat" && (r.LatTypical <= 0 || r.LatP99 < r.LatTypical) {
+				t.Errorf("stream_lat over %s: latencies out of order: %+v", r.Provider, r)
+			}
+		}
+		if strings.Join(providers, ",") != "quic,tcp" {
+			t.Errorf("%s: results for %v, want quic then tcp", test, providers)
+		}
+	}
+}
+
+// corrupting flips one byte of what its client writes.
+type corrupting struct{ at int }
+
+func (corrupting) name() string { return "corrupting pipe" }
+
+func (c corrupting) start(serve func(io.ReadWriter) error) (io.ReadWriter, func() error, error) {
+	client, server := net.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- serve(server) }()
+	w := &flipper{Conn: client, at: c.at}
+	return w, func() error { client.Close(); server.Close(); <-served; return nil }, nil
+}
+
+type flipper struct {
+	net.Conn
+	at, seen int
+}
+
+func (f *flipper) Write(p []byte) (int, error) {
+	q := bytes.Clone(p)
+	if i := f.at - f.seen; i >= 0 && i < len(q) {
+		q[i] ^= 0x40
+	}
+	f.seen += len(q)
+	return f.Conn.Write(q)
+}
+
+// A damaged byte fails a verified run at whichever end checks it.
+func TestVerifyFindsADamagedByte(t *testing.T) {
+	for _, test := range []string{"stream_bw", "stream_lat"} {
+		cfg := config{test: test, size: 100, iters: 5, verify: true}
+		if _, err := measure(cfg, corrupting{at: 321}); err == nil {
+			t.Errorf("%s: a damaged byte went unnoticed", test)
+		}
+		if _, err := measure(cfg, corrupting{at: -1}); err != nil {
+			t.Errorf("%s: undamaged: %v", test, err)
+		}
+	}
+}
+
+func TestBadArgumentsAreRefused(t *testing.T) {
+	for _, args := range [][]string{nil, {"send_bw"}, {"stream_bw", "-s", "0"}, {"stream_lat", "-n", "-1"}, {"stream_bw", "-x"}} {
+		if err := run(args, io.Discard); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}
