@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"vroce.dev/internal/workload"
 	"vroce.dev/vroce"
 )
 
@@ -118,7 +119,7 @@ func (s *side) clientBW(peer info) (*result, error) {
 		}
 	}
 	if !cfg.Verify {
-		pattern(s.buf, 1)
+		workload.Pattern(s.buf, 1)
 	}
 	posted := make([]int, nq)    // per QP
 	completed := make([]int, nq) // per QP
@@ -146,7 +147,7 @@ func (s *side) clientBW(peer info) (*result, error) {
 				i := uint64(k*nq + q)
 				off := s.slot(q, k)
 				if cfg.Verify && op != vroce.WRRDMARead {
-					pattern(s.buf[off:off+cfg.Size], i)
+					workload.Pattern(s.buf[off:off+cfg.Size], i)
 				}
 				sge := &sges[len(wrs)]
 				*sge = s.mr.SGE(off, cfg.Size)
@@ -178,15 +179,15 @@ func (s *side) clientBW(peer info) (*result, error) {
 			k := completed[q]
 			if cfg.Verify && op == vroce.WRRDMARead {
 				off := s.slot(q, k)
-				if at, ok := checkPattern(s.buf[off:off+cfg.Size], uint64(k%s.ring)); !ok {
+				if at, ok := workload.CheckPattern(s.buf[off:off+cfg.Size], uint64(k%s.ring)); !ok {
 					return nil, fmt.Errorf("read_bw: iteration %d: byte %d differs", k*nq+q, at)
 				}
 			}
 			completed[q]++
 			totalDone++
 		}
-		if now := time.Since(start); len(marks) == 0 || now-marks[len(marks)-1].at >= peakWindow {
-			marks = append(marks, mark{now, int64(totalDone) * int64(cfg.Size)})
+		if now := time.Since(start); len(marks) == 0 || now-marks[len(marks)-1].At >= peakWindow {
+			marks = append(marks, mark{At: now, Bytes: int64(totalDone) * int64(cfg.Size)})
 		}
 		prog.update(totalDone)
 	}
@@ -206,11 +207,11 @@ func (s *side) serverPrepare() error {
 		for q := range s.qps {
 			for k := 0; k < s.ring; k++ {
 				off := s.slot(q, k)
-				pattern(s.buf[off:off+cfg.Size], uint64(k))
+				workload.Pattern(s.buf[off:off+cfg.Size], uint64(k))
 			}
 		}
 	case "read_lat":
-		pattern(s.buf[:cfg.Size], 7)
+		workload.Pattern(s.buf[:cfg.Size], 7)
 	case "atomic_lat":
 		clear(s.buf[:8])
 	case "send_lat", "write_lat":
@@ -260,7 +261,7 @@ func (s *side) serverBW() error {
 				return fmt.Errorf("%s: QP %d message %d: %d bytes, immediate %d", cfg.Test, q, k, wc.ByteLen, wc.Imm)
 			}
 			if cfg.Verify {
-				if at, ok := checkPattern(s.buf[off:off+cfg.Size], uint64(k*nq+q)); !ok {
+				if at, ok := workload.CheckPattern(s.buf[off:off+cfg.Size], uint64(k*nq+q)); !ok {
 					return fmt.Errorf("%s: iteration %d: byte %d differs", cfg.Test, k*nq+q, at)
 				}
 			}

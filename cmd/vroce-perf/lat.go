@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"vroce.dev/internal/workload"
 	"vroce.dev/vroce"
 )
 
@@ -28,7 +29,7 @@ func (s *side) pingWR(peer info, i int) vroce.SendWR {
 	cfg := s.cfg
 	wr := vroce.SendWR{Opcode: s.pingOp(), Imm: uint32(i), RemoteAddr: peer.VA, RKey: peer.RKey}
 	if cfg.Verify {
-		pattern(s.buf[:cfg.Size], uint64(i))
+		workload.Pattern(s.buf[:cfg.Size], uint64(i))
 	}
 	if cfg.Inline > 0 {
 		wr.Flags = vroce.SendInline
@@ -54,7 +55,7 @@ func (s *side) awaitRecv(p *poller, i int) error {
 				return fmt.Errorf("%s: message %d arrived, want %d", s.cfg.Test, wc.Imm, i)
 			}
 			if s.cfg.Verify {
-				if at, ok := checkPattern(s.buf[:s.cfg.Size], uint64(i)); !ok {
+				if at, ok := workload.CheckPattern(s.buf[:s.cfg.Size], uint64(i)); !ok {
 					return fmt.Errorf("%s: message %d: byte %d differs", s.cfg.Test, i, at)
 				}
 			}
@@ -124,7 +125,7 @@ func (s *side) checkLat(i int) error {
 		}
 		return nil
 	}
-	if at, ok := checkPattern(s.buf[:s.cfg.Size], 7); !ok {
+	if at, ok := workload.CheckPattern(s.buf[:s.cfg.Size], 7); !ok {
 		return fmt.Errorf("read_lat: iteration %d: byte %d differs", i, at)
 	}
 	return nil

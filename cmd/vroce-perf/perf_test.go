@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"vroce.dev/internal/workload"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -81,18 +83,18 @@ func TestBadFlagsAreRefused(t *testing.T) {
 
 func TestPatternCatchesAnyChangedByte(t *testing.T) {
 	b := make([]byte, 37)
-	pattern(b, 5)
-	if _, ok := checkPattern(b, 5); !ok {
+	workload.Pattern(b, 5)
+	if _, ok := workload.CheckPattern(b, 5); !ok {
 		t.Fatal("a fresh pattern does not check")
 	}
 	for i := range b {
 		b[i]++
-		if at, ok := checkPattern(b, 5); ok || at/8 != i/8 {
+		if at, ok := workload.CheckPattern(b, 5); ok || at/8 != i/8 {
 			t.Fatalf("byte %d changed: ok=%v at=%d", i, ok, at)
 		}
 		b[i]--
 	}
-	if _, ok := checkPattern(b, 6); ok {
+	if _, ok := workload.CheckPattern(b, 6); ok {
 		t.Fatal("message 5 passes as message 6")
 	}
 }

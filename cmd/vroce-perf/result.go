@@ -7,6 +7,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"vroce.dev/internal/workload"
 )
 
 // result is one line of output: perftest's columns, or one JSON object.
@@ -123,10 +125,7 @@ func (r *result) print(w io.Writer, asJSON bool) {
 func (r *result) isLat() bool { return len(r.Test) > 4 && r.Test[len(r.Test)-4:] == "_lat" }
 
 // mark is how many bytes had completed at a time into the run.
-type mark struct {
-	at    time.Duration
-	bytes int64
-}
+type mark = workload.Mark
 
 // peakWindow is the shortest interval the peak bandwidth is measured over.
 const peakWindow = 50 * time.Millisecond
@@ -140,8 +139,8 @@ func (r *result) setBandwidth(total int64, elapsed time.Duration, marks []mark) 
 	r.MsgRate = float64(r.Iterations) / r.Seconds / 1e6
 	r.BWPeak = r.BWAvg
 	for i := 1; i < len(marks); i++ {
-		if d := marks[i].at - marks[i-1].at; d >= peakWindow {
-			r.BWPeak = math.Max(r.BWPeak, float64(marks[i].bytes-marks[i-1].bytes)/mib/d.Seconds())
+		if d := marks[i].At - marks[i-1].At; d >= peakWindow {
+			r.BWPeak = math.Max(r.BWPeak, float64(marks[i].Bytes-marks[i-1].Bytes)/mib/d.Seconds())
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"vroce.dev/internal/workload"
 	"vroce.dev/providers/afxdp"
 	"vroce.dev/providers/sim"
 	"vroce.dev/providers/udp"
@@ -182,14 +183,14 @@ func drive(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 		return nil, errors.New("server: " + ready.Error)
 	}
 	var r *result
-	cpu := processCPU()
+	cpu := workload.ProcessCPU()
 	if cfg.isLat() {
 		r, err = s.clientLat(peer)
 	} else {
 		r, err = s.clientBW(peer)
 	}
 	if r != nil {
-		r.setCPU(cfg, processCPU()-cpu)
+		r.setCPU(cfg, workload.ProcessCPU()-cpu)
 	}
 	d := done{}
 	if err != nil {
@@ -212,12 +213,12 @@ func drive(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 	}
 	results := []*result{r}
 	if cfg.Compare == "tcp" {
-		cpu := processCPU()
+		cpu := workload.ProcessCPU()
 		tr, err := clientTCP(c, cfg)
 		if err != nil {
 			return results, fmt.Errorf("tcp comparison: %w", err)
 		}
-		tr.setCPU(cfg, processCPU()-cpu)
+		tr.setCPU(cfg, workload.ProcessCPU()-cpu)
 		results = append(results, tr)
 	}
 	return results, nil

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -180,27 +179,4 @@ func (c *control) recv(v any) error {
 		return fmt.Errorf("control connection: %w", err)
 	}
 	return json.Unmarshal(line, v)
-}
-
-// pattern fills b with the words of message i: each 8 bytes hold i and
-// their offset, so a misplaced, stale or corrupted byte shows.
-func pattern(b []byte, i uint64) {
-	var w [8]byte
-	for off := 0; off < len(b); off += 8 {
-		binary.LittleEndian.PutUint64(w[:], i<<32^uint64(off)^0x5bd1e995)
-		copy(b[off:], w[:])
-	}
-}
-
-// checkPattern reports the first offset where b is not message i.
-func checkPattern(b []byte, i uint64) (int, bool) {
-	var w [8]byte
-	for off := 0; off < len(b); off += 8 {
-		binary.LittleEndian.PutUint64(w[:], i<<32^uint64(off)^0x5bd1e995)
-		n := min(8, len(b)-off)
-		if string(b[off:off+n]) != string(w[:n]) {
-			return off, false
-		}
-	}
-	return 0, true
 }

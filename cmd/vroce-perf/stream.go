@@ -4,20 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"time"
 
+	"vroce.dev/internal/workload"
 	"vroce.dev/providers/sim"
 	"vroce.dev/rsock"
 )
 
 // stream_bw and stream_lat measure rsock streams, not verbs: the same
 // workloads run over an rsock connection and, with --compare tcp, over a
-// kernel TCP connection in the same run. stream_bw writes --iters
-// messages of --size bytes and waits for the reader's one-byte receipt;
-// stream_lat ping-pongs --size bytes and reports half the round trip.
+// kernel TCP connection in the same run. The workloads themselves
+// (internal/workload) are shared with quic-perf, which runs them over
+// quic-go.
 
 // streamPorts is the server's answer to a stream hello: where to dial.
 type streamPorts struct {
@@ -67,10 +67,10 @@ func driveStream(cfg *config, c *control, network *sim.Network) ([]*result, erro
 	if err != nil {
 		return nil, fmt.Errorf("rsock dial: %w", err)
 	}
-	cpu := processCPU()
+	cpu := workload.ProcessCPU()
 	r, err := streamClient(cfg, conn, cfg.Provider)
 	if r != nil {
-		r.setCPU(cfg, processCPU()-cpu)
+		r.setCPU(cfg, workload.ProcessCPU()-cpu)
 	}
 	conn.Close()
 	if err != nil {
@@ -83,10 +83,10 @@ func driveStream(cfg *config, c *control, network *sim.Network) ([]*result, erro
 		if err != nil {
 			return results, err
 		}
-		cpu := processCPU()
+		cpu := workload.ProcessCPU()
 		r, err := streamClient(cfg, conn, "tcp")
 		if r != nil {
-			r.setCPU(cfg, processCPU()-cpu)
+			r.setCPU(cfg, workload.ProcessCPU()-cpu)
 		}
 		conn.Close()
 		if err != nil {
@@ -145,88 +145,22 @@ func streamClient(cfg *config, conn net.Conn, provider string) (*result, error) 
 	if t, ok := conn.(interface{ Transport() string }); ok && provider != "tcp" && t.Transport() != "vroce" {
 		return nil, fmt.Errorf("the stream fell back to %s", t.Transport())
 	}
-	buf := make([]byte, cfg.Size)
-	// Every message carries its own pattern only when it is checked, as
-	// in the verbs tests: writing 64 KiB of pattern per message cost the
-	// client a fifth of its CPU, a cost neither transport has.
-	pattern(buf, 1)
+	w := workload.Stream{Test: cfg.Test, Size: cfg.Size, Iters: cfg.Iters, Verify: cfg.Verify}
+	run, err := w.Client(conn)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Test == "stream_lat" {
-		samples := make([]time.Duration, 0, cfg.Iters)
-		start := time.Now()
-		for i := range cfg.Iters {
-			if cfg.Verify {
-				pattern(buf, uint64(i))
-			}
-			t0 := time.Now()
-			if _, err := conn.Write(buf); err != nil {
-				return nil, err
-			}
-			if _, err := io.ReadFull(conn, buf); err != nil {
-				return nil, err
-			}
-			samples = append(samples, time.Since(t0)/2)
-			if cfg.Verify {
-				if off, ok := checkPattern(buf, uint64(i)); !ok {
-					return nil, fmt.Errorf("ping %d came back wrong at byte %d", i, off)
-				}
-			}
-		}
-		r.setLatency(samples, time.Since(start))
-		return r, nil
+		r.setLatency(run.Samples, run.Elapsed)
+	} else {
+		r.setBandwidth(int64(cfg.Iters)*int64(cfg.Size), run.Elapsed, run.Marks)
 	}
-	var marks []mark
-	start := time.Now()
-	for i := range cfg.Iters {
-		if cfg.Verify {
-			pattern(buf, uint64(i))
-		}
-		if _, err := conn.Write(buf); err != nil {
-			return nil, err
-		}
-		if i%64 == 63 {
-			marks = append(marks, mark{time.Since(start), int64(i+1) * int64(cfg.Size)})
-		}
-	}
-	var receipt [1]byte
-	if _, err := io.ReadFull(conn, receipt[:]); err != nil {
-		return nil, fmt.Errorf("receipt: %w", err)
-	}
-	if receipt[0] != 1 {
-		return nil, errors.New("the server found the data wrong")
-	}
-	elapsed := time.Since(start)
-	marks = append(marks, mark{elapsed, int64(cfg.Iters) * int64(cfg.Size)})
-	r.setBandwidth(int64(cfg.Iters)*int64(cfg.Size), elapsed, marks)
 	return r, nil
 }
 
 // streamServer runs the server side of the workload on conn.
 func streamServer(cfg *config, conn net.Conn) error {
-	buf := make([]byte, cfg.Size)
-	if cfg.Test == "stream_lat" {
-		for range cfg.Iters {
-			if _, err := io.ReadFull(conn, buf); err != nil {
-				return err
-			}
-			if _, err := conn.Write(buf); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	ok := byte(1)
-	for i := range cfg.Iters {
-		if _, err := io.ReadFull(conn, buf); err != nil {
-			return err
-		}
-		if cfg.Verify {
-			if _, good := checkPattern(buf, uint64(i)); !good {
-				ok = 2
-			}
-		}
-	}
-	_, err := conn.Write([]byte{ok})
-	return err
+	return workload.Stream{Test: cfg.Test, Size: cfg.Size, Iters: cfg.Iters, Verify: cfg.Verify}.Server(conn)
 }
 
 // drainStreams lets the closed streams finish closing before the run

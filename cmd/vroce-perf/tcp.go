@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"vroce.dev/internal/workload"
 )
 
 // The same workloads over kernel TCP, on the control connection: bulk
@@ -20,10 +22,10 @@ func tcpResult(cfg *config) *result {
 
 func tcpSend(c *control, cfg *config) error {
 	buf := make([]byte, cfg.Size)
-	pattern(buf, 1)
+	workload.Pattern(buf, 1)
 	for i := 0; i < cfg.Iters; i++ {
 		if cfg.Verify {
-			pattern(buf, uint64(i))
+			workload.Pattern(buf, uint64(i))
 		}
 		if _, err := c.conn.Write(buf); err != nil {
 			return err
@@ -39,7 +41,7 @@ func tcpReceive(c *control, cfg *config) error {
 			return err
 		}
 		if cfg.Verify {
-			if at, ok := checkPattern(buf, uint64(i)); !ok {
+			if at, ok := workload.CheckPattern(buf, uint64(i)); !ok {
 				return fmt.Errorf("tcp: message %d: byte %d differs", i, at)
 			}
 		}
@@ -74,7 +76,7 @@ func clientTCP(c *control, cfg *config) (*result, error) {
 	half := cfg.Test == "send_lat" || cfg.Test == "write_lat"
 	for i := 0; i < cfg.Iters; i++ {
 		if cfg.Verify {
-			pattern(buf, uint64(2*i))
+			workload.Pattern(buf, uint64(2*i))
 		}
 		t0 := time.Now()
 		if _, err := c.conn.Write(buf); err != nil {
@@ -89,7 +91,7 @@ func clientTCP(c *control, cfg *config) (*result, error) {
 		}
 		samples = append(samples, d)
 		if cfg.Verify {
-			if at, ok := checkPattern(buf, uint64(2*i+1)); !ok {
+			if at, ok := workload.CheckPattern(buf, uint64(2*i+1)); !ok {
 				return nil, fmt.Errorf("tcp: pong %d: byte %d differs", i, at)
 			}
 		}
@@ -116,10 +118,10 @@ func serverTCP(c *control, cfg *config) error {
 			return err
 		}
 		if cfg.Verify {
-			if at, ok := checkPattern(buf, uint64(2*i)); !ok {
+			if at, ok := workload.CheckPattern(buf, uint64(2*i)); !ok {
 				return fmt.Errorf("tcp: ping %d: byte %d differs", i, at)
 			}
-			pattern(buf, uint64(2*i+1))
+			workload.Pattern(buf, uint64(2*i+1))
 		}
 		if _, err := c.conn.Write(buf); err != nil {
 			return err

@@ -1,0 +1,80 @@
+package workload
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A damaged byte is found at the offset it is at, and only there.
+func TestCheckPatternFindsTheDamagedWord(t *testing.T) {
+	b := make([]byte, 100)
+	Pattern(b, 7)
+	if _, ok := CheckPattern(b, 7); !ok {
+		t.Fatal("an intact message fails the check")
+	}
+	if _, ok := CheckPattern(b, 8); ok {
+		t.Fatal("message 7 passes as message 8")
+	}
+	b[97] ^= 1
+	if off, ok := CheckPattern(b, 7); ok || off != 96 {
+		t.Fatalf("byte 97 damaged: got offset %d, ok %v; want 96", off, ok)
+	}
+}
+
+// Both workloads run end to end, checked, over an in-memory pipe.
+func TestStreamsRunOverAPipe(t *testing.T) {
+	for _, test := range []string{"stream_bw", "stream_lat"} {
+		s := Stream{Test: test, Size: 1000, Iters: 130, Verify: true}
+		c, d := net.Pipe()
+		served := make(chan error, 1)
+		go func() { served <- s.Server(d) }()
+		run, err := s.Client(c)
+		c.Close()
+		if err != nil || <-served != nil {
+			t.Fatalf("%s: %v", test, err)
+		}
+		switch {
+		case test == "stream_lat" && len(run.Samples) != 130:
+			t.Errorf("stream_lat: %d samples, want 130", len(run.Samples))
+		case test == "stream_bw" && (len(run.Marks) != 3 || run.Marks[2].Bytes != 130_000):
+			t.Errorf("stream_bw: marks %+v, want at 64, 128 and all 130 messages", run.Marks)
+		}
+	}
+}
+
+// flipper damages the byte at offset at of what is written through it.
+type flipper struct {
+	net.Conn
+	at, seen int
+}
+
+func (f *flipper) Write(p []byte) (int, error) {
+	q := append([]byte(nil), p...)
+	if i := f.at - f.seen; i >= 0 && i < len(q) {
+		q[i] ^= 0x40
+	}
+	f.seen += len(q)
+	return f.Conn.Write(q)
+}
+
+// A byte damaged on the way fails a checked run: stream_bw by the
+// server's receipt, stream_lat at the client.
+func TestDamageFailsACheckedRun(t *testing.T) {
+	for _, test := range []string{"stream_bw", "stream_lat"} {
+		s := Stream{Test: test, Size: 100, Iters: 5, Verify: true}
+		c, d := net.Pipe()
+		served := make(chan error, 1)
+		go func() { served <- s.Server(d); d.Close() }()
+		_, err := s.Client(&flipper{Conn: c, at: 321})
+		c.Close()
+		<-served
+		if err == nil || !strings.Contains(err.Error(), "wrong") {
+			t.Errorf("%s: byte 321 damaged: got %v, want the data found wrong", test, err)
+		}
+	}
+}
