@@ -1,8 +1,9 @@
 // Command page measures vRoCE against kernel TCP across message sizes, in
 // one run on this machine, and writes the results page: bench/README.md
-// with tables, bench/throughput.svg and bench/latency.svg.
+// with tables, bench/throughput.svg and bench/latency.svg. The stream
+// workloads run over quic-go too, with quic-perf (bench/quic).
 //
-//	make bench-page        # or: go run ./bench/page -perf bin/vroce-perf -out bench
+//	make bench-page        # or: go run ./bench/page -perf bin/vroce-perf -quic bin/quic-perf -out bench
 //
 // With -targets it writes no page: it runs the data path's four targets
 // (issue 7) -runs times each and prints every run's figure and the median
@@ -14,6 +15,8 @@
 // TCP figure come from the same process, seconds apart. Each point is run
 // -runs times and the run whose vRoCE/TCP ratio is the median is kept,
 // so that one disturbed run on a shared machine does not make the table.
+// quic-perf likewise runs its QUIC figure and a TCP figure of its own in
+// one process, and the quic-go/TCP ratio is that run's.
 package main
 
 import (
@@ -33,8 +36,9 @@ import (
 	"time"
 )
 
-// point is one vroce-perf result line.
+// point is one vroce-perf or quic-perf result line.
 type point struct {
+	Tool       string  `json:"tool"` // which command measured it
 	Test       string  `json:"test"`
 	Provider   string  `json:"provider"`
 	Bytes      int     `json:"bytes"`
@@ -43,7 +47,14 @@ type point struct {
 	LatP99     float64 `json:"lat_p99_us"`
 	MsgRate    float64 `json:"msg_rate_mpps"`
 	CPUPerGiB  float64 `json:"cpu_s_per_gib"`
+	Version    string  `json:"version,omitempty"` // quic-perf: quic-go's
 }
+
+// The tools a point may come from.
+const (
+	vrocePerf = "vroce-perf"
+	quicPerf  = "quic-perf"
+)
 
 // series is one line of a plot.
 type series struct {
@@ -54,6 +65,7 @@ type series struct {
 
 func main() {
 	perf := flag.String("perf", "bin/vroce-perf", "the vroce-perf binary")
+	quic := flag.String("quic", "", "the quic-perf binary: the stream workloads over quic-go too")
 	out := flag.String("out", "bench", "where to write the page")
 	runs := flag.Int("runs", 3, "runs per point; the one with the median ratio is kept")
 	targetsOnly := flag.Bool("targets", false, "measure the data path's targets instead of writing the page")
@@ -61,7 +73,7 @@ func main() {
 	if *targetsOnly {
 		var results [][][]point
 		for _, t := range targets {
-			results = append(results, measure(*perf, *runs, t.test, t.args...))
+			results = append(results, measure(*perf, vrocePerf, *runs, vroceArgs(t.test, t.args...)))
 			fmt.Fprintf(os.Stderr, "page: %s done\n", t.name)
 		}
 		fmt.Print(targetReport(results))
@@ -71,7 +83,11 @@ func main() {
 	latSizes := []int{64, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
 	var all []point
 	run := func(test string, size, iters int) {
-		all = append(all, medianRun(measure(*perf, *runs, test, "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)))...)
+		sized := []string{"-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)}
+		all = append(all, medianRun(measure(*perf, vrocePerf, *runs, vroceArgs(test, sized...)))...)
+		if *quic != "" && strings.HasPrefix(test, "stream_") {
+			all = append(all, medianRun(measure(*quic, quicPerf, *runs, append([]string{test, "--json"}, sized...)))...)
+		}
 		fmt.Fprintf(os.Stderr, "page: %s -s %d done\n", test, size)
 	}
 	for _, test := range []string{"write_bw", "stream_bw"} {
@@ -90,10 +106,15 @@ func main() {
 	}
 }
 
-// measure runs vroce-perf test --compare tcp runs times and returns each
-// run's results: the vRoCE figure, then TCP's.
-func measure(perf string, runs int, test string, args ...string) [][]point {
-	args = append([]string{test, "--loopback", "--compare", "tcp", "--json"}, args...)
+// vroceArgs are vroce-perf's arguments for test on loopback, with TCP in
+// the same run.
+func vroceArgs(test string, args ...string) []string {
+	return append([]string{test, "--loopback", "--compare", "tcp", "--json"}, args...)
+}
+
+// measure runs perf (tool) with args runs times and returns each run's
+// results: the figure of vRoCE (or QUIC), then TCP's.
+func measure(perf, tool string, runs int, args []string) [][]point {
 	var pairs [][]point
 	for range max(runs, 1) {
 		cmd := exec.Command(perf, args...)
@@ -108,6 +129,7 @@ func measure(perf string, runs int, test string, args ...string) [][]point {
 		for sc.Scan() {
 			var p point
 			if json.Unmarshal(sc.Bytes(), &p) == nil && p.Test != "" {
+				p.Tool = tool
 				pair = append(pair, p)
 			}
 		}
@@ -210,17 +232,24 @@ func write(dir string, all []point) error {
 	bw := func(p point) float64 { return p.BWAvg }
 	lat := func(p point) float64 { return p.LatTypical }
 	named := func(s series, name, color string) series { s.name, s.color = name, color; return s }
+	vp, qp := byTool(all, vrocePerf), byTool(all, quicPerf)
 	tput := []series{
-		named(pick(all, "write_bw", "udp", bw), "verbs RDMA WRITE over vRoCE", "#1f77b4"),
-		named(pick(all, "write_bw", "tcp", bw), "same workload, kernel TCP", "#aec7e8"),
-		named(pick(all, "stream_bw", "udp", bw), "rsock stream over vRoCE", "#d62728"),
-		named(pick(all, "stream_bw", "tcp", bw), "same workload, kernel TCP", "#ff9896"),
+		named(pick(vp, "write_bw", "udp", bw), "verbs RDMA WRITE over vRoCE", "#1f77b4"),
+		named(pick(vp, "write_bw", "tcp", bw), "same workload, kernel TCP", "#aec7e8"),
+		named(pick(vp, "stream_bw", "udp", bw), "rsock stream over vRoCE", "#d62728"),
+		named(pick(vp, "stream_bw", "tcp", bw), "same workload, kernel TCP", "#ff9896"),
 	}
 	lats := []series{
-		named(pick(all, "send_lat", "udp", lat), "verbs SEND ping-pong over vRoCE", "#1f77b4"),
-		named(pick(all, "send_lat", "tcp", lat), "same workload, kernel TCP", "#aec7e8"),
-		named(pick(all, "stream_lat", "udp", lat), "rsock stream ping-pong over vRoCE", "#d62728"),
-		named(pick(all, "stream_lat", "tcp", lat), "same workload, kernel TCP", "#ff9896"),
+		named(pick(vp, "send_lat", "udp", lat), "verbs SEND ping-pong over vRoCE", "#1f77b4"),
+		named(pick(vp, "send_lat", "tcp", lat), "same workload, kernel TCP", "#aec7e8"),
+		named(pick(vp, "stream_lat", "udp", lat), "rsock stream ping-pong over vRoCE", "#d62728"),
+		named(pick(vp, "stream_lat", "tcp", lat), "same workload, kernel TCP", "#ff9896"),
+	}
+	if s := pick(qp, "stream_bw", "quic", bw); len(s.points) > 0 {
+		tput = append(tput, named(s, "same stream workload, one quic-go stream", "#2ca02c"))
+	}
+	if s := pick(qp, "stream_lat", "quic", lat); len(s.points) > 0 {
+		lats = append(lats, named(s, "same stream ping-pong, one quic-go stream", "#2ca02c"))
 	}
 	if err := os.WriteFile(filepath.Join(dir, "throughput.svg"), []byte(svg("Throughput against message size (loopback)", "MiB/s", tput)), 0o644); err != nil {
 		return err
@@ -236,40 +265,62 @@ func write(dir string, all []point) error {
 }
 
 // page is the results page: how it was made, then a table per workload
-// with the ratio to TCP.
+// with the ratio to TCP, and for the streams quic-go's beside it.
 func page(all []point) string {
 	var b strings.Builder
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Fprintf(&b, "# vRoCE against kernel TCP\n\nMade by `make bench-page` on %s: %s, %d CPUs, Linux %s, loopback, the UDP provider (GSO/GRO). Each vRoCE figure and its TCP figure come from one `vroce-perf ... --compare tcp` run, seconds apart; of three such runs per row, the one with the median ratio is shown. Absolute numbers are noise on a shared machine, the ratios less so.\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.Version(), runtime.NumCPU(), strings.TrimSpace(string(kernel)))
+	vp, qp := byTool(all, vrocePerf), byTool(all, quicPerf)
+	if len(qp) > 0 {
+		fmt.Fprintf(&b, "The stream workloads also ran over one stream of quic-go %s, the other user-space transport over UDP, with `quic-perf` (bench/quic): the same client and server, both in one process, and a kernel TCP run of its own beside each; the quic-go / TCP ratio is against that run's TCP figure.\n\n", qp[0].Version)
+	}
 	b.WriteString("![throughput](throughput.svg)\n\n![latency](latency.svg)\n\n")
+	cpu := func(p point) string {
+		if p.CPUPerGiB == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", p.CPUPerGiB)
+	}
 	for _, t := range []struct{ test, title, unit string }{
 		{"write_bw", "Verbs RDMA WRITE bandwidth", "MiB/s"}, {"stream_bw", "rsock stream bandwidth", "MiB/s"},
 		{"send_lat", "Verbs SEND latency (half round trip, typical)", "µs"}, {"stream_lat", "rsock stream latency (half round trip, typical)", "µs"},
 	} {
-		fmt.Fprintf(&b, "## %s\n\n| bytes | vRoCE (%s) | TCP (%s) | vRoCE / TCP | CPU s/GiB vRoCE | CPU s/GiB TCP |\n|---|---|---|---|---|---|\n", t.title, t.unit, t.unit)
-		v, k := byProvider(all, t.test)
-		for i := range v {
-			val := func(p point) float64 {
-				if strings.HasSuffix(t.test, "_lat") {
-					return p.LatTypical
+		val := func(p point) float64 {
+			if strings.HasSuffix(t.test, "_lat") {
+				return p.LatTypical
+			}
+			return p.BWAvg
+		}
+		v, k := byProvider(vp, t.test)
+		q, qk := byProvider(qp, t.test)
+		fmt.Fprintf(&b, "## %s\n\n| bytes | vRoCE (%s) | TCP (%s) | vRoCE / TCP | CPU s/GiB vRoCE | CPU s/GiB TCP |", t.title, t.unit, t.unit)
+		if len(q) > 0 {
+			fmt.Fprintf(&b, " quic-go (%s) | quic-go / TCP | CPU s/GiB quic-go |\n|---|---|---|---|---|---|---|---|---|\n", t.unit)
+		} else {
+			b.WriteString("\n|---|---|---|---|---|---|\n")
+		}
+		for i := range min(len(v), len(k)) {
+			fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2fx | %s | %s |", v[i].Bytes, val(v[i]), val(k[i]), val(v[i])/val(k[i]), cpu(v[i]), cpu(k[i]))
+			if len(q) > 0 {
+				j := slices.IndexFunc(q, func(p point) bool { return p.Bytes == v[i].Bytes })
+				if j >= 0 && j < len(qk) {
+					fmt.Fprintf(&b, " %.1f | %.2fx | %s |", val(q[j]), val(q[j])/val(qk[j]), cpu(q[j]))
+				} else {
+					b.WriteString(" - | - | - |")
 				}
-				return p.BWAvg
 			}
-			cpu := func(p point) string {
-				if p.CPUPerGiB == 0 {
-					return "-"
-				}
-				return fmt.Sprintf("%.2f", p.CPUPerGiB)
-			}
-			if i < len(k) {
-				fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2fx | %s | %s |\n", v[i].Bytes, val(v[i]), val(k[i]), val(v[i])/val(k[i]), cpu(v[i]), cpu(k[i]))
-			}
+			b.WriteString("\n")
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("Raw results: `results.json`.\n")
 	return b.String()
+}
+
+// byTool is the points one tool measured.
+func byTool(all []point, tool string) []point {
+	return slices.DeleteFunc(slices.Clone(all), func(p point) bool { return p.Tool != tool })
 }
 
 func byProvider(all []point, test string) (vroce, tcp []point) {

@@ -15,11 +15,17 @@ func TestPageAndPlots(t *testing.T) {
 		{Test: "send_lat", Provider: "udp", Bytes: 64, LatTypical: 30},
 		{Test: "send_lat", Provider: "tcp", Bytes: 64, LatTypical: 10},
 	}
+	for i := range all {
+		all[i].Tool = vrocePerf
+	}
 	p := page(all)
-	for _, want := range []string{"| 1024 | 100.0 | 200.0 | 0.50x | 2.00 | 1.00 |", "| 65536 | 300.0 | 150.0 | 2.00x | - | - |", "| 64 | 30.0 | 10.0 | 3.00x |"} {
+	for _, want := range []string{"| 1024 | 100.0 | 200.0 | 0.50x | 2.00 | 1.00 |\n", "| 65536 | 300.0 | 150.0 | 2.00x | - | - |\n", "| 64 | 30.0 | 10.0 | 3.00x |"} {
 		if !strings.Contains(p, want) {
 			t.Errorf("the page lacks %q:\n%s", want, p)
 		}
+	}
+	if strings.Contains(p, "quic") {
+		t.Errorf("a page without quic-perf results mentions QUIC:\n%s", p)
 	}
 	s := svg("t", "MiB/s", []series{pick(all, "write_bw", "udp", func(p point) float64 { return p.BWAvg })})
 	if err := xml.Unmarshal([]byte(s), new(struct{})); err != nil {
@@ -27,6 +33,32 @@ func TestPageAndPlots(t *testing.T) {
 	}
 	if strings.Count(s, "<circle") != 2 || !strings.Contains(s, "<polyline") {
 		t.Fatalf("plot: %s", s)
+	}
+}
+
+// quic-perf's figures join the stream tables with the ratio to their own
+// run's TCP figure, never to vroce-perf's.
+func TestQUICColumnsUseTheirOwnTCPRun(t *testing.T) {
+	all := []point{
+		{Tool: vrocePerf, Test: "stream_bw", Provider: "udp", Bytes: 1024, BWAvg: 100, CPUPerGiB: 2},
+		{Tool: vrocePerf, Test: "stream_bw", Provider: "tcp", Bytes: 1024, BWAvg: 200, CPUPerGiB: 1},
+		{Tool: quicPerf, Test: "stream_bw", Provider: "quic", Bytes: 1024, BWAvg: 30, CPUPerGiB: 7, Version: "v9.9.9"},
+		{Tool: quicPerf, Test: "stream_bw", Provider: "tcp", Bytes: 1024, BWAvg: 300, CPUPerGiB: 1},
+		{Tool: vrocePerf, Test: "stream_bw", Provider: "udp", Bytes: 4096, BWAvg: 100},
+		{Tool: vrocePerf, Test: "stream_bw", Provider: "tcp", Bytes: 4096, BWAvg: 100},
+		{Tool: vrocePerf, Test: "write_bw", Provider: "udp", Bytes: 1024, BWAvg: 100},
+		{Tool: vrocePerf, Test: "write_bw", Provider: "tcp", Bytes: 1024, BWAvg: 100},
+	}
+	p := page(all)
+	for _, want := range []string{
+		"quic-go v9.9.9",
+		"| 1024 | 100.0 | 200.0 | 0.50x | 2.00 | 1.00 | 30.0 | 0.10x | 7.00 |\n",
+		"| 4096 | 100.0 | 100.0 | 1.00x | - | - | - | - | - |\n", // no QUIC run at this size
+		"| 1024 | 100.0 | 100.0 | 1.00x | - | - |\n",             // write_bw has no QUIC columns
+	} {
+		if !strings.Contains(p, want) {
+			t.Errorf("the page lacks %q:\n%s", want, p)
+		}
 	}
 }
 
