@@ -339,7 +339,7 @@ func byProvider(all []point, test string) (vroce, tcp []point) {
 
 // svg draws series on a log2 x axis (bytes) and a linear y axis.
 func svg(title, unit string, ss []series) string {
-	const w, h, left, right, top, bottom = 760.0, 440.0, 70.0, 20.0, 40.0, 120.0
+	const w, h, left, right, top, bottom = 760.0, 460.0, 70.0, 20.0, 40.0, 140.0 // room below for five legend lines
 	xmin, xmax, ymax := math.Inf(1), math.Inf(-1), 0.0
 	for _, s := range ss {
 		for _, p := range s.points {
