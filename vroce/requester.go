@@ -503,7 +503,7 @@ func (r *requester) failAt(qp *QP) int64 {
 
 // emit builds and queues the packet of w at psn and returns the PSN after
 // it. A READ request covers the rest of its 64-packet chunk, or, resent,
-// the run of missing responses from psn.
+// the run of missing responses from psn, within the window.
 func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) uint32 {
 	mtu := qp.mtu
 	k := int(psnDiff(psn, w.psn))
@@ -512,8 +512,12 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 	n, covers := 0, 1
 	switch {
 	case w.op == WRRDMARead:
-		covers = readChunk - k%readChunk
-		covers = min(covers, w.npsn-k)
+		// No more responses than the window has room for: they are the
+		// data of this flow, and a request for a whole chunk under a
+		// collapsed window (a receiver overrun, every re-request asking
+		// for 2 MiB at 32 KiB packets) kept the receiver overrun.
+		room := max(1, r.window()-int(psnDiff(psn, r.sndUna)))
+		covers = min(readChunk-k%readChunk, w.npsn-k, room)
 		for i := 1; i < covers; i++ { // stop at a response already here
 			if q := psnAdd(psn, i); r.tracked(q) && (r.pkt(q).done || r.pkt(q).held) {
 				covers = i
