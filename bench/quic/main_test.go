@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -42,6 +43,33 @@ func TestWorkloadsRunOverQUICAndTCP(t *testing.T) {
 		}
 		if strings.Join(providers, ",") != "quic,tcp" {
 			t.Errorf("%s: results for %v, want quic then tcp", test, providers)
+		}
+	}
+}
+
+// A client that gives up mid-run (a damaged echo, an error) leaves the
+// server blocked in a read: finishing must still end both ends.
+func TestFinishEndsAServerMidRead(t *testing.T) {
+	for _, tr := range []transport{quicTransport{}, tcpTransport{}} {
+		client, finish, err := tr.start(func(s io.ReadWriter) error {
+			_, err := io.ReadFull(s, make([]byte, 10)) // only one byte comes
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- finish() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s: the server's cut-short read reported no error", tr.name())
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: finish hangs on a server blocked in a read", tr.name())
 		}
 	}
 }

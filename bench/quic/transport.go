@@ -118,9 +118,11 @@ func (quicTransport) start(serve func(io.ReadWriter) error) (io.ReadWriter, func
 		return fail(err)
 	}
 	finish := func() error {
+		// Closing the client's connection first ends a server still
+		// blocked in a read, as after a client that gave up mid-run.
+		c.CloseWithError(0, "")
 		cancel()
 		err := <-served
-		c.CloseWithError(0, "")
 		ln.Close()
 		if errors.Is(err, context.Canceled) {
 			err = errors.New("the server never saw the stream")
