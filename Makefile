@@ -69,7 +69,7 @@ bench: build
 
 # The results page: bench/README.md and its plots, vRoCE against kernel
 # TCP across message sizes, the streams against quic-go too, in one run
-# (about ten minutes).
+# (about two minutes).
 bench-page: build
 	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -quic $(BIN)/quic-perf -out bench
 
