@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"time"
 
 	"vroce.dev/internal/workload"
@@ -62,11 +61,9 @@ type result struct {
 
 // setCPU records cpu as seconds per GiB for a bandwidth result.
 func (r *result) setCPU(cfg *config, cpu time.Duration) {
-	moved := float64(r.Bytes) * float64(r.Iterations)
-	if r.isLat() || moved == 0 || cpu <= 0 {
-		return
+	if !r.isLat() {
+		r.CPUPerGiB = workload.CPUPerGiB(cpu, float64(r.Bytes)*float64(r.Iterations))
 	}
-	r.CPUPerGiB = cpu.Seconds() / (moved / (1 << 30))
 }
 
 func (r *result) print(w io.Writer, asJSON bool) {
@@ -151,23 +148,8 @@ func (r *result) setLatency(samples []time.Duration, elapsed time.Duration) {
 	if len(samples) == 0 {
 		return
 	}
-	us := make([]float64, len(samples))
-	sum := 0.0
-	for i, s := range samples {
-		us[i] = float64(s) / float64(time.Microsecond)
-		sum += us[i]
-	}
-	slices.Sort(us)
-	n := len(us)
-	r.LatMin, r.LatMax = us[0], us[n-1]
-	r.LatTypical = us[n/2]
-	r.LatAvg = sum / float64(n)
-	v := 0.0
-	for _, x := range us {
-		v += (x - r.LatAvg) * (x - r.LatAvg)
-	}
-	r.LatStdev = math.Sqrt(v / float64(n))
-	r.LatP99 = us[min(n-1, n*99/100)]
-	r.LatP999 = us[min(n-1, n*999/1000)]
-	r.MsgRate = float64(n) / r.Seconds / 1e6
+	l := workload.Summarize(samples)
+	r.LatMin, r.LatMax, r.LatTypical, r.LatAvg = l.Min, l.Max, l.Typical, l.Avg
+	r.LatStdev, r.LatP99, r.LatP999 = l.Stdev, l.P99, l.P999
+	r.MsgRate = float64(len(samples)) / r.Seconds / 1e6
 }

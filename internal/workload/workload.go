@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -139,4 +141,45 @@ func CheckPattern(b []byte, i uint64) (int, bool) {
 		}
 	}
 	return 0, true
+}
+
+// Latency summarises samples in microseconds, as perftest prints them:
+// Typical is the median.
+type Latency struct {
+	Min, Max, Typical, Avg, Stdev, P99, P999 float64
+}
+
+// Summarize summarises samples; all zero when there are none.
+func Summarize(samples []time.Duration) Latency {
+	var l Latency
+	n := len(samples)
+	if n == 0 {
+		return l
+	}
+	us := make([]float64, n)
+	sum := 0.0
+	for i, s := range samples {
+		us[i] = float64(s) / float64(time.Microsecond)
+		sum += us[i]
+	}
+	slices.Sort(us)
+	l.Min, l.Max, l.Typical = us[0], us[n-1], us[n/2]
+	l.Avg = sum / float64(n)
+	v := 0.0
+	for _, x := range us {
+		v += (x - l.Avg) * (x - l.Avg)
+	}
+	l.Stdev = math.Sqrt(v / float64(n))
+	l.P99 = us[min(n-1, n*99/100)]
+	l.P999 = us[min(n-1, n*999/1000)]
+	return l
+}
+
+// CPUPerGiB is cpu in seconds per GiB of moved bytes; 0 when either is
+// unknown.
+func CPUPerGiB(cpu time.Duration, moved float64) float64 {
+	if cpu <= 0 || moved <= 0 {
+		return 0
+	}
+	return cpu.Seconds() / (moved / (1 << 30))
 }

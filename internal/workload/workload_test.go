@@ -1,9 +1,11 @@
 package workload
 
 import (
+	"math"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -76,5 +78,30 @@ func TestDamageFailsACheckedRun(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "wrong") {
 			t.Errorf("%s: byte 321 damaged: got %v, want the data found wrong", test, err)
 		}
+	}
+}
+
+// The summary is perftest's: the median as typical, the 99th and 99.9th
+// percentiles by rank.
+func TestSummarize(t *testing.T) {
+	var samples []time.Duration
+	for i := 100; i >= 1; i-- { // out of order: Summarize sorts
+		samples = append(samples, time.Duration(i)*time.Microsecond)
+	}
+	l := Summarize(samples)
+	if l.Min != 1 || l.Max != 100 || l.Typical != 51 || l.Avg != 50.5 || l.P99 != 100 || l.P999 != 100 {
+		t.Fatalf("1-100 µs: %+v", l)
+	}
+	if s := math.Sqrt(833.25); math.Abs(l.Stdev-s) > 1e-9 {
+		t.Fatalf("stdev %v, want %v", l.Stdev, s)
+	}
+	if (Summarize(nil) != Latency{}) {
+		t.Fatal("no samples: a summary not zero")
+	}
+	if got := CPUPerGiB(2*time.Second, 1<<30); got != 2 {
+		t.Fatalf("2 s for 1 GiB: %v s per GiB", got)
+	}
+	if CPUPerGiB(0, 1<<30) != 0 || CPUPerGiB(time.Second, 0) != 0 {
+		t.Fatal("an unknown CPU time or nothing moved gave a figure")
 	}
 }
