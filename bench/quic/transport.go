@@ -76,8 +76,25 @@ func (quicTransport) start(serve func(io.ReadWriter) error) (io.ReadWriter, func
 	if err != nil {
 		return nil, nil, err
 	}
-	ln, err := quic.ListenAddr("127.0.0.1:0", serverTLS, nil)
+	// Each end gets a Transport of its own on a socket of its own, which
+	// finish closes: quic-go's ListenAddr and DialAddr keep theirs running
+	// until a closed connection's IDs expire, after the run has ended.
+	server, err := newQUICTransport()
 	if err != nil {
+		return nil, nil, err
+	}
+	client, err := newQUICTransport()
+	if err != nil {
+		closeQUICTransport(server)
+		return nil, nil, err
+	}
+	closeTransports := func() {
+		closeQUICTransport(client)
+		closeQUICTransport(server)
+	}
+	ln, err := server.Listen(serverTLS, nil)
+	if err != nil {
+		closeTransports()
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -104,11 +121,12 @@ func (quicTransport) start(serve func(io.ReadWriter) error) (io.ReadWriter, func
 		cancel()
 		<-served
 		ln.Close()
+		closeTransports()
 		return nil, nil, err
 	}
 	dctx, dcancel := context.WithTimeout(ctx, setupTimeout)
 	defer dcancel()
-	c, err := quic.DialAddr(dctx, ln.Addr().String(), clientTLS, nil)
+	c, err := client.Dial(dctx, server.Conn.LocalAddr(), clientTLS, nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -124,12 +142,29 @@ func (quicTransport) start(serve func(io.ReadWriter) error) (io.ReadWriter, func
 		cancel()
 		err := <-served
 		ln.Close()
+		closeTransports()
 		if errors.Is(err, context.Canceled) {
 			err = errors.New("the server never saw the stream")
 		}
 		return err
 	}
 	return s, finish, nil
+}
+
+// newQUICTransport opens a quic-go Transport on a loopback socket.
+func newQUICTransport() (*quic.Transport, error) {
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	return &quic.Transport{Conn: conn}, nil
+}
+
+// closeQUICTransport stops t's receive loop, waiting for it, then closes
+// the socket it was given.
+func closeQUICTransport(t *quic.Transport) {
+	t.Close()
+	t.Conn.Close()
 }
 
 // loopbackTLS makes a self-signed certificate for 127.0.0.1 and the two
