@@ -286,36 +286,55 @@ func page(all []point) string {
 		{"write_bw", "Verbs RDMA WRITE bandwidth", "MiB/s"}, {"stream_bw", "rsock stream bandwidth", "MiB/s"},
 		{"send_lat", "Verbs SEND latency (half round trip, typical)", "µs"}, {"stream_lat", "rsock stream latency (half round trip, typical)", "µs"},
 	} {
+		// Latency runs measure no CPU per GiB, so their tables leave it out.
+		bandwidth := !strings.HasSuffix(t.test, "_lat")
 		val := func(p point) float64 {
-			if strings.HasSuffix(t.test, "_lat") {
-				return p.LatTypical
+			if bandwidth {
+				return p.BWAvg
 			}
-			return p.BWAvg
+			return p.LatTypical
 		}
 		v, k := byProvider(vp, t.test)
 		q, qk := byProvider(qp, t.test)
-		fmt.Fprintf(&b, "## %s\n\n| bytes | vRoCE (%s) | TCP (%s) | vRoCE / TCP | CPU s/GiB vRoCE | CPU s/GiB TCP |", t.title, t.unit, t.unit)
-		if len(q) > 0 {
-			fmt.Fprintf(&b, " quic-go (%s) | quic-go / TCP | CPU s/GiB quic-go |\n|---|---|---|---|---|---|---|---|---|\n", t.unit)
-		} else {
-			b.WriteString("\n|---|---|---|---|---|---|\n")
+		head := []string{"bytes", "vRoCE (" + t.unit + ")", "TCP (" + t.unit + ")", "vRoCE / TCP"}
+		if bandwidth {
+			head = append(head, "CPU s/GiB vRoCE", "CPU s/GiB TCP")
 		}
-		for i := range min(len(v), len(k)) {
-			fmt.Fprintf(&b, "| %d | %.1f | %.1f | %.2fx | %s | %s |", v[i].Bytes, val(v[i]), val(k[i]), val(v[i])/val(k[i]), cpu(v[i]), cpu(k[i]))
-			if len(q) > 0 {
-				j := slices.IndexFunc(q, func(p point) bool { return p.Bytes == v[i].Bytes })
-				if j >= 0 && j < len(qk) {
-					fmt.Fprintf(&b, " %.1f | %.2fx | %s |", val(q[j]), val(q[j])/val(qk[j]), cpu(q[j]))
-				} else {
-					b.WriteString(" - | - | - |")
-				}
+		if len(q) > 0 {
+			head = append(head, "quic-go ("+t.unit+")", "quic-go / TCP")
+			if bandwidth {
+				head = append(head, "CPU s/GiB quic-go")
 			}
-			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "## %s\n\n", t.title)
+		row(&b, head...)
+		row(&b, slices.Repeat([]string{"---"}, len(head))...)
+		for i := range min(len(v), len(k)) {
+			cells := []string{fmt.Sprint(v[i].Bytes), fmt.Sprintf("%.1f", val(v[i])), fmt.Sprintf("%.1f", val(k[i])), fmt.Sprintf("%.2fx", val(v[i])/val(k[i]))}
+			if bandwidth {
+				cells = append(cells, cpu(v[i]), cpu(k[i]))
+			}
+			if len(q) > 0 {
+				quic := []string{"-", "-", "-"}
+				if j := slices.IndexFunc(q, func(p point) bool { return p.Bytes == v[i].Bytes }); j >= 0 && j < len(qk) {
+					quic = []string{fmt.Sprintf("%.1f", val(q[j])), fmt.Sprintf("%.2fx", val(q[j])/val(qk[j])), cpu(q[j])}
+				}
+				if !bandwidth {
+					quic = quic[:2]
+				}
+				cells = append(cells, quic...)
+			}
+			row(&b, cells...)
 		}
 		b.WriteString("\n")
 	}
 	b.WriteString("Raw results: `results.json`.\n")
 	return b.String()
+}
+
+// row writes one Markdown table row.
+func row(b *strings.Builder, cells ...string) {
+	b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 }
 
 // byTool is the points one tool measured.

@@ -19,13 +19,17 @@ func TestPageAndPlots(t *testing.T) {
 		all[i].Tool = vrocePerf
 	}
 	p := page(all)
-	for _, want := range []string{"| 1024 | 100.0 | 200.0 | 0.50x | 2.00 | 1.00 |\n", "| 65536 | 300.0 | 150.0 | 2.00x | - | - |\n", "| 64 | 30.0 | 10.0 | 3.00x |"} {
+	for _, want := range []string{"| 1024 | 100.0 | 200.0 | 0.50x | 2.00 | 1.00 |\n", "| 65536 | 300.0 | 150.0 | 2.00x | - | - |\n", "| 64 | 30.0 | 10.0 | 3.00x |\n"} {
 		if !strings.Contains(p, want) {
 			t.Errorf("the page lacks %q:\n%s", want, p)
 		}
 	}
 	if strings.Contains(p, "quic") {
 		t.Errorf("a page without quic-perf results mentions QUIC:\n%s", p)
+	}
+	// Latency runs measure no CPU per GiB: their tables have no column for it.
+	if lat := p[strings.Index(p, "## Verbs SEND latency"):]; strings.Contains(lat[:strings.Index(lat, "| 64 |")], "CPU") {
+		t.Errorf("the latency table has CPU columns:\n%s", lat)
 	}
 	s := svg("t", "MiB/s", []series{pick(all, "write_bw", "udp", func(p point) float64 { return p.BWAvg })})
 	if err := xml.Unmarshal([]byte(s), new(struct{})); err != nil {
@@ -48,10 +52,15 @@ func TestQUICColumnsUseTheirOwnTCPRun(t *testing.T) {
 		{Tool: vrocePerf, Test: "stream_bw", Provider: "tcp", Bytes: 4096, BWAvg: 100},
 		{Tool: vrocePerf, Test: "write_bw", Provider: "udp", Bytes: 1024, BWAvg: 100},
 		{Tool: vrocePerf, Test: "write_bw", Provider: "tcp", Bytes: 1024, BWAvg: 100},
+		{Tool: vrocePerf, Test: "stream_lat", Provider: "udp", Bytes: 64, LatTypical: 20},
+		{Tool: vrocePerf, Test: "stream_lat", Provider: "tcp", Bytes: 64, LatTypical: 10},
+		{Tool: quicPerf, Test: "stream_lat", Provider: "quic", Bytes: 64, LatTypical: 40, Version: "v9.9.9"},
+		{Tool: quicPerf, Test: "stream_lat", Provider: "tcp", Bytes: 64, LatTypical: 8},
 	}
 	p := page(all)
 	for _, want := range []string{
 		"quic-go v9.9.9",
+		"| 64 | 20.0 | 10.0 | 2.00x | 40.0 | 5.00x |\n", // latency: no CPU columns
 		"| 1024 | 100.0 | 200.0 | 0.50x | 2.00 | 1.00 | 30.0 | 0.10x | 7.00 |\n",
 		"| 4096 | 100.0 | 100.0 | 1.00x | - | - | - | - | - |\n", // no QUIC run at this size
 		"| 1024 | 100.0 | 100.0 | 1.00x | - | - |\n",             // write_bw has no QUIC columns
