@@ -8,15 +8,9 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-)
 
-// config is one run's workload.
-type config struct {
-	test   string // stream_bw or stream_lat
-	size   int
-	iters  int
-	verify bool
-}
+	"vroce.dev/internal/workload"
+)
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
@@ -29,22 +23,22 @@ func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 || (args[0] != "stream_bw" && args[0] != "stream_lat") {
 		return errors.New("usage: quic-perf stream_bw|stream_lat [-s bytes] [-n iterations] [--json] [--verify]")
 	}
-	cfg := config{test: args[0]}
-	fs := flag.NewFlagSet("quic-perf "+cfg.test, flag.ContinueOnError)
-	fs.IntVar(&cfg.size, "s", 65536, "message size in bytes")
-	fs.IntVar(&cfg.iters, "n", 1000, "iterations")
-	fs.BoolVar(&cfg.verify, "verify", false, "give every message its own pattern and check it at the other end")
+	w := workload.Stream{Test: args[0]}
+	fs := flag.NewFlagSet("quic-perf "+w.Test, flag.ContinueOnError)
+	fs.IntVar(&w.Size, "s", 65536, "message size in bytes")
+	fs.IntVar(&w.Iters, "n", 1000, "iterations")
+	fs.BoolVar(&w.Verify, "verify", false, "give every message its own pattern and check it at the other end")
 	asJSON := fs.Bool("json", false, "print one JSON object per result")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if cfg.size < 1 || cfg.iters < 1 {
-		return fmt.Errorf("-s %d -n %d: both must be at least 1", cfg.size, cfg.iters)
+	if w.Size < 1 || w.Iters < 1 {
+		return fmt.Errorf("-s %d -n %d: both must be at least 1", w.Size, w.Iters)
 	}
 	for _, t := range []transport{quicTransport{}, tcpTransport{}} {
-		r, err := measure(cfg, t)
+		r, err := measure(w, t)
 		if err != nil {
-			return fmt.Errorf("%s over %s: %w", cfg.test, t.name(), err)
+			return fmt.Errorf("%s over %s: %w", w.Test, t.name(), err)
 		}
 		if t.name() == "quic" {
 			r.Version = quicVersion()
