@@ -178,7 +178,7 @@ func targetReport(results [][][]point) string {
 		slices.Sort(figures)
 		median := figures[(len(figures)-1)/2]
 		goal, met := fmt.Sprintf(">= %.2f", t.goal), median >= t.goal
-		if strings.HasSuffix(t.test, "_lat") {
+		if isLatency(t.test) {
 			goal, met = fmt.Sprintf("<= %.2f", t.goal), median <= t.goal
 		}
 		verdict := "not met"
@@ -200,10 +200,19 @@ func ratio(run []point) float64 {
 	if len(v) == 0 || len(k) == 0 {
 		return math.NaN()
 	}
-	if strings.HasSuffix(run[0].Test, "_lat") {
-		return v[0].LatTypical / k[0].LatTypical
+	return v[0].figure() / k[0].figure()
+}
+
+// isLatency reports whether test measures latency, not bandwidth.
+func isLatency(test string) bool { return strings.HasSuffix(test, "_lat") }
+
+// figure is what p's test measures: its typical latency or its average
+// bandwidth.
+func (p point) figure() float64 {
+	if isLatency(p.Test) {
+		return p.LatTypical
 	}
-	return v[0].BWAvg / k[0].BWAvg
+	return p.BWAvg
 }
 
 // medianRun returns the run, of several of one point, whose vRoCE/TCP
@@ -287,13 +296,7 @@ func page(all []point) string {
 		{"send_lat", "Verbs SEND latency (half round trip, typical)", "µs"}, {"stream_lat", "rsock stream latency (half round trip, typical)", "µs"},
 	} {
 		// Latency runs measure no CPU per GiB, so their tables leave it out.
-		bandwidth := !strings.HasSuffix(t.test, "_lat")
-		val := func(p point) float64 {
-			if bandwidth {
-				return p.BWAvg
-			}
-			return p.LatTypical
-		}
+		bandwidth := !isLatency(t.test)
 		v, k := byProvider(vp, t.test)
 		q, qk := byProvider(qp, t.test)
 		head := []string{"bytes", "vRoCE (" + t.unit + ")", "TCP (" + t.unit + ")", "vRoCE / TCP"}
@@ -310,14 +313,14 @@ func page(all []point) string {
 		row(&b, head...)
 		row(&b, slices.Repeat([]string{"---"}, len(head))...)
 		for i := range min(len(v), len(k)) {
-			cells := []string{fmt.Sprint(v[i].Bytes), fmt.Sprintf("%.1f", val(v[i])), fmt.Sprintf("%.1f", val(k[i])), fmt.Sprintf("%.2fx", val(v[i])/val(k[i]))}
+			cells := []string{fmt.Sprint(v[i].Bytes), fmt.Sprintf("%.1f", v[i].figure()), fmt.Sprintf("%.1f", k[i].figure()), fmt.Sprintf("%.2fx", v[i].figure()/k[i].figure())}
 			if bandwidth {
 				cells = append(cells, cpu(v[i]), cpu(k[i]))
 			}
 			if len(q) > 0 {
 				quic := []string{"-", "-", "-"}
 				if j := slices.IndexFunc(q, func(p point) bool { return p.Bytes == v[i].Bytes }); j >= 0 && j < len(qk) {
-					quic = []string{fmt.Sprintf("%.1f", val(q[j])), fmt.Sprintf("%.2fx", val(q[j])/val(qk[j])), cpu(q[j])}
+					quic = []string{fmt.Sprintf("%.1f", q[j].figure()), fmt.Sprintf("%.2fx", q[j].figure()/qk[j].figure()), cpu(q[j])}
 				}
 				if !bandwidth {
 					quic = quic[:2]
