@@ -33,6 +33,9 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		_ = testFlow.Check(b)
+		if id, ok := testFlow.CheckUnknownID(b); ok && id == 0 && !testFlow.Check(b) {
+			t.Fatalf("accepted with ID 0 but the full check fails")
+		}
 		out := make([]byte, len(b)+8)
 		n, err := p.Encode(out)
 		if err != nil {

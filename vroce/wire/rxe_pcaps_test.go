@@ -109,6 +109,34 @@ func TestFlowRebuildsRxeIPv6Headers(t *testing.T) {
 	}
 }
 
+// TestCheckUnknownIDFindsRxeIPv4IDs is what a UDP socket's receiver does
+// with rxe's IPv4 packets, whose IDs count up: rebuilt from the addresses
+// alone, every one checks, and the ID solved for is the one on the wire.
+func TestCheckUnknownIDFindsRxeIPv4IDs(t *testing.T) {
+	checked, nonzero := 0, 0
+	for _, f := range rxeFrames(t) {
+		ip := f.d.IPHeader
+		if ip[0]>>4 != 4 {
+			continue
+		}
+		flow := wire.Flow{
+			Src: netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[12:16])), f.d.SrcPort),
+			Dst: netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), f.d.DstPort),
+		}
+		id, ok := flow.CheckUnknownID(f.d.Payload)
+		if want := binary.BigEndian.Uint16(ip[4:]); !ok || id != want {
+			t.Fatalf("%s frame %d: solved ID %#x (%v), the header says %#x", f.file, f.n, id, ok, want)
+		}
+		checked++
+		if id != 0 {
+			nonzero++
+		}
+	}
+	if checked < 3000 || nonzero < checked/2 {
+		t.Fatalf("checked %d IPv4 frames, %d with a non-zero ID", checked, nonzero)
+	}
+}
+
 // TestICRCMasksVariantFields repeats the capture README's mutation test:
 // TTL, ECN and resv8a are outside the ICRC; SE, the UDP port and the payload
 // are inside it.

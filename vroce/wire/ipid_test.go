@@ -1,0 +1,106 @@
+package wire
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestXOrder checks what xPowInverse relies on: x^(2^32-1) = 1 modulo
+// the CRC polynomial, and x^k times x^-k is one.
+func TestXOrder(t *testing.T) {
+	require.Equal(t, uint32(polyOne), xPow(xOrder))
+	for _, k := range []uint64{1, 8, 8 * 1000, 8 * 4150, 12345678} {
+		assert.Equal(t, uint32(polyOne), multModP(xPow(k), xPowInverse(k)), "x^%d x^-%d", k, k)
+	}
+}
+
+// TestIDForRegisterInvertsEveryID: each of the 65,536 IDs is found again
+// from the CRC register its two bytes leave.
+func TestIDForRegisterInvertsEveryID(t *testing.T) {
+	for id := range 1 << 16 {
+		got, ok := idForRegister(raw2(byte(id>>8), byte(id)))
+		if !ok || got != uint16(id) {
+			t.Fatalf("ID %#04x: found %#04x, %v", id, got, ok)
+		}
+	}
+}
+
+// sealWithID builds a SEND_ONLY of n payload bytes on flow as a sender
+// that numbers its IPv4 IDs would: the ICRC over the real header.
+func sealWithID(t *testing.T, flow Flow, n int, id uint16) []byte {
+	t.Helper()
+	p := Packet{BTH: BTH{Opcode: RCSendOnly, PKey: DefaultPKey, DestQP: 0x11, PSN: 5}, Payload: make([]byte, n)}
+	for i := range p.Payload {
+		p.Payload[i] = byte(i * 13)
+	}
+	b := make([]byte, Len(RCSendOnly, n))
+	_, err := p.Encode(b)
+	require.NoError(t, err)
+	var hs [MaxHeaderSpace]byte
+	ip, udp, ok := flow.Headers(&hs, len(b))
+	require.True(t, ok)
+	if len(ip) == ipv4HdrLen {
+		binary.BigEndian.PutUint16(ip[4:], id)
+	}
+	crc, ok := ICRC(ip, udp, b)
+	require.True(t, ok)
+	binary.LittleEndian.PutUint32(b[len(b)-ICRCLen:], crc)
+	return b
+}
+
+var idFlow = Flow{Src: netip.MustParseAddrPort("10.0.0.1:55410"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")}
+
+// TestCheckUnknownIDFindsTheSendersID: whatever ID the sender used, and
+// whatever the packet's length, the check finds it; ID 0 takes the full
+// check.
+func TestCheckUnknownIDFindsTheSendersID(t *testing.T) {
+	for _, n := range []int{0, 13, 64, 1024, 4096} {
+		for _, id := range []uint16{0, 1, 0x15ec, 0x8000, 0xffff} {
+			pkt := sealWithID(t, idFlow, n, id)
+			got, ok := idFlow.CheckUnknownID(pkt)
+			assert.True(t, ok, "payload %d, ID %#x", n, id)
+			assert.Equal(t, id, got, "payload %d", n)
+			assert.Equal(t, id == 0, idFlow.Check(pkt), "the full check passes only ID 0 (payload %d, ID %#x)", n, id)
+		}
+	}
+}
+
+// TestCheckUnknownIDRefusesDamage: a packet changed anywhere the ICRC
+// covers fails, though the ID is free: here every bit of a 64-byte
+// packet, and the addresses the flow rebuilds.
+func TestCheckUnknownIDRefusesDamage(t *testing.T) {
+	pkt := sealWithID(t, idFlow, 64, 0x1234)
+	for bit := range 8 * len(pkt) {
+		if bit/8 == 4 { // resv8a, which the ICRC masks
+			continue
+		}
+		b := append([]byte(nil), pkt...)
+		b[bit/8] ^= 1 << (bit % 8)
+		if _, ok := idFlow.CheckUnknownID(b); ok {
+			t.Errorf("bit %d flipped: accepted", bit)
+		}
+	}
+	other := idFlow
+	other.Src = netip.MustParseAddrPort("10.0.0.3:55410")
+	_, ok := other.CheckUnknownID(pkt)
+	assert.False(t, ok, "from another address")
+	other = idFlow
+	other.Src = netip.MustParseAddrPort("10.0.0.1:55411")
+	_, ok = other.CheckUnknownID(pkt)
+	assert.False(t, ok, "from another port")
+}
+
+// TestCheckUnknownIDOnIPv6IsCheck: IPv6 has no ID to solve for.
+func TestCheckUnknownIDOnIPv6IsCheck(t *testing.T) {
+	flow := Flow{Src: netip.MustParseAddrPort("[fe80::1]:55410"), Dst: netip.MustParseAddrPort("[fe80::2]:4791")}
+	pkt := sealWithID(t, flow, 100, 0)
+	_, ok := flow.CheckUnknownID(pkt)
+	require.True(t, ok)
+	pkt[20] ^= 1
+	_, ok = flow.CheckUnknownID(pkt)
+	assert.False(t, ok)
+}
