@@ -381,12 +381,17 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 }
 
 // checkICRC checks a packet for UD or QP1 and counts a bad one. The ICRC
-// covers headers rebuilt from the addresses (see wire.Flow). A device
-// listening on all addresses does not learn which of its addresses a
-// datagram was sent to, so for UD it cannot check; the UDP checksum,
-// which every vRoCE sender sets, guards the payload.
+// covers headers rebuilt from the addresses (see wire.Flow), and an IPv4
+// ID the provider does not show, solved for (wire.Flow.CheckUnknownID):
+// a UD peer may be any RoCEv2 sender. A device listening on all
+// addresses does not learn which of its addresses a datagram was sent
+// to, so for UD it cannot check; the UDP checksum, which every vRoCE
+// sender sets, guards the payload.
 func (d *Device) checkICRC(pkt *Packet) bool {
-	if d.local.Addr().IsUnspecified() || (wire.Flow{Src: pkt.Addr, Dst: d.local}).Check(pkt.Data) {
+	if d.local.Addr().IsUnspecified() {
+		return true
+	}
+	if _, ok := (wire.Flow{Src: pkt.Addr, Dst: d.local}).CheckUnknownID(pkt.Data); ok {
 		return true
 	}
 	d.stats.rxBadICRC.Add(1)

@@ -98,10 +98,12 @@ const (
 	// QPAttrPiggybackACK is a vRoCE extension: both ends read ACKs that
 	// ride on requests.
 	QPAttrPiggybackACK
+	// QPAttrStrictSourcePort: the peer sends from its device port.
+	QPAttrStrictSourcePort
 	qpAttrEnd
 )
 
-var qpAttrNames = []string{"STATE", "ACCESS_FLAGS", "PKEY_INDEX", "PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN", "SELECTIVE_REPEAT", "PIGGYBACK_ACK"}
+var qpAttrNames = []string{"STATE", "ACCESS_FLAGS", "PKEY_INDEX", "PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN", "SELECTIVE_REPEAT", "PIGGYBACK_ACK", "STRICT_SOURCE_PORT"}
 
 func (m QPAttrMask) String() string {
 	var names []string
@@ -150,6 +152,17 @@ type QPAttr struct {
 	// the datagrams. Without it every ACK is an RC_ACKNOWLEDGE, as rxe
 	// expects.
 	PiggybackACK bool
+	// StrictSourcePort says the peer is a vRoCE device that sends from
+	// its device port, Dest's port, as both ends said at connection
+	// setup: a packet from any other port of the peer's address is
+	// refused (WrongSource), so another program on the peer's host cannot
+	// inject into the connection, and the ICRC gets its full check (a
+	// vRoCE sender seals with IPv4 ID 0). Without it the QP takes packets
+	// from any port of the peer's address, as RoCEv2 senders pick the
+	// source port per flow for ECMP (rxe: 0xC000 | a hash of the QPNs),
+	// and it solves for the IPv4 ID the ICRC covers, which a UDP socket
+	// cannot see (wire.Sealer.CheckUnknownID).
+	StrictSourcePort bool
 }
 
 // transition lists, for one state change and QP type, the attributes a
@@ -172,7 +185,7 @@ func init() {
 	// The tables of IBA 11.2.4.2 (ibv_modify_qp), RC and UD.
 	defineTransition(RC, QPSReset, QPSInit, QPAttrAccessFlags, port)
 	defineTransition(RC, QPSInit, QPSInit, st, QPAttrAccessFlags|port)
-	defineTransition(RC, QPSInit, QPSRTR, QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer, QPAttrAccessFlags|port|QPAttrSelectiveRepeat|QPAttrPiggybackACK)
+	defineTransition(RC, QPSInit, QPSRTR, QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer, QPAttrAccessFlags|port|QPAttrSelectiveRepeat|QPAttrPiggybackACK|QPAttrStrictSourcePort)
 	defineTransition(RC, QPSRTR, QPSRTS, QPAttrSQPSN|rcSQ, rcRT)
 	defineTransition(RC, QPSRTS, QPSRTS, st, rcRT)
 	defineTransition(RC, QPSRTS, QPSSQD, st, 0)
@@ -463,6 +476,7 @@ func (qp *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 	set(QPAttrDestQPN, func() { q.DestQPN = a.DestQPN })
 	set(QPAttrSelectiveRepeat, func() { q.SelectiveRepeat = a.SelectiveRepeat })
 	set(QPAttrPiggybackACK, func() { q.PiggybackACK = a.PiggybackACK })
+	set(QPAttrStrictSourcePort, func() { q.StrictSourcePort = a.StrictSourcePort })
 	// UD (and RC until its path MTU is set) keeps to an IB MTU, which
 	// every peer takes: a UD peer negotiates nothing.
 	qp.mtu = int(min(qp.dev.attr.ActiveMTU, MTU4096))
@@ -591,7 +605,7 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBat
 	if !p.BTH.Opcode.IsRC() {
 		return
 	}
-	if src != qp.flow.Dst && netip.AddrPortFrom(src.Addr().Unmap(), src.Port()) != qp.flow.Dst {
+	if !qp.fromPeer(src) {
 		qp.stats.WrongSource++
 		return
 	}
@@ -600,7 +614,7 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBat
 		qp.dev.stats.rxMalformed.Add(1)
 		return
 	}
-	if !qp.rxSeal.Check(raw) {
+	if !qp.checkICRC(raw) {
 		qp.dev.stats.rxBadICRC.Add(1)
 		return
 	}
@@ -615,6 +629,32 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBat
 		qp.onPiggyACK(p)
 	}
 	qp.resp.onRequest(qp, p, raw, out)
+}
+
+// fromPeer reports whether a packet from src may be the connected
+// peer's: its address always, its device port only where the peer said
+// it sends from there (StrictSourcePort). Otherwise the ICRC check is
+// aimed at the port the peer chose, which stays the same for a flow.
+func (qp *QP) fromPeer(src netip.AddrPort) bool {
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	peer := qp.flow.Dst
+	if qp.attr.StrictSourcePort || src.Addr() != peer.Addr() {
+		return src == peer
+	}
+	if qp.rxSeal.Flow.Src.Port() != src.Port() {
+		qp.rxSeal = wire.Sealer{Flow: wire.Flow{Src: src, Dst: qp.flow.Src}}
+	}
+	return true
+}
+
+// checkICRC checks an RC packet's ICRC: in full from a vRoCE peer,
+// solving for the IPv4 ID from any other (see StrictSourcePort).
+func (qp *QP) checkICRC(raw []byte) bool {
+	if qp.attr.StrictSourcePort {
+		return qp.rxSeal.Check(raw)
+	}
+	_, ok := qp.rxSeal.CheckUnknownID(raw)
+	return ok
 }
 
 // onPiggyACK hands the requester the ACK that rode on a request, as if

@@ -112,7 +112,8 @@ func Pair(t testing.TB, da, db *vroce.Device, o Opts) (a, b *Node) {
 func Connect(t testing.TB, qp, peer *vroce.QP, peerDev *vroce.Device, o Opts) {
 	t.Helper()
 	err := cm.Connect(qp, InitialPSN(qp.QPN()),
-		cm.Peer{QPN: peer.QPN(), PSN: InitialPSN(peer.QPN()), Addr: peerDev.LocalAddr(), MTU: o.MTU, SelectiveRepeat: o.SelectiveRepeat, PiggybackACK: o.PiggybackACK},
+		cm.Peer{QPN: peer.QPN(), PSN: InitialPSN(peer.QPN()), Addr: peerDev.LocalAddr(), MTU: o.MTU, SelectiveRepeat: o.SelectiveRepeat, PiggybackACK: o.PiggybackACK,
+			StrictSourcePort: true},
 		cm.Params{Access: o.Access, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry, MinRNRTimer: o.MinRNR})
 	if err != nil {
 		t.Fatal(err)

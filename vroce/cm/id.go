@@ -174,16 +174,19 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 		service = to.Port()
 	}
 	local := m.dev.LocalAddr()
-	psn := uint32(random64()) & 0xffffff
+	// Each end's message carries the PSN that end receives from, as
+	// Linux's CM reads them (cm.c; rping.pcap): the active end sends from
+	// the REP's starting PSN and receives from its REQ's.
+	rqPSN := uint32(random64()) & 0xffffff
 	req := &mad{
 		attr: attrREQ, tid: random64(), serviceID: serviceID(service), guid: m.guid,
-		qpn: qp.QPN(), psn: psn, mtu: p.mtu(m.dev), respRes: p.rdAtomic(), initDepth: p.rdAtomic(),
+		qpn: qp.QPN(), psn: rqPSN, mtu: p.mtu(m.dev), respRes: p.rdAtomic(), initDepth: p.rdAtomic(),
 		retryCnt: or(p.RetryCnt, 7), rnrRetry: or(p.RNRRetry, 7), ackTO: or(p.Timeout, 14),
 		srcIP: local.Addr().Unmap(), dstIP: to.Addr(), srcPort: local.Port(),
-		priv: p.PrivateData,
+		priv: p.PrivateData, vflags: vFlagDevicePort,
 	}
 	if !p.GoBackN {
-		req.vflags = vFlagsOffered
+		req.vflags |= vFlagsOffered
 	}
 	id := &ID{m: m, qp: qp, peer: to, tid: req.tid, active: true, state: stReqSent, wake: make(chan struct{}, 1)}
 	m.mu.Lock()
@@ -228,10 +231,11 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 	info := id.peerInfo
 	m.mu.Unlock()
 
-	peer := Peer{QPN: info.qpn, PSN: info.psn, Addr: to, MTU: min(req.mtu, info.mtu),
-		SelectiveRepeat: req.vflags&info.vflags&vFlagSACK != 0, PiggybackACK: req.vflags&info.vflags&vFlagPiggyACK != 0,
-		PrivateData: id.priv}
-	err := Connect(qp, psn, peer, p)
+	both := req.vflags & info.vflags
+	peer := Peer{QPN: info.qpn, PSN: rqPSN, Addr: to, MTU: min(req.mtu, info.mtu),
+		SelectiveRepeat: both&vFlagSACK != 0, PiggybackACK: both&vFlagPiggyACK != 0,
+		StrictSourcePort: both&vFlagDevicePort != 0, PrivateData: id.priv}
+	err := Connect(qp, info.psn, peer, p)
 	o = outbox{}
 	m.mu.Lock()
 	switch {
@@ -406,14 +410,16 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 	m.mu.Unlock()
 
 	mtu := min(p.mtu(m.dev), info.mtu)
-	var vflags uint8
+	vflags := info.vflags & vFlagDevicePort // what both ends speak
 	if !p.GoBackN {
-		vflags = info.vflags & vFlagsOffered // what both ends speak
+		vflags |= info.vflags & vFlagsOffered
 	}
-	psn := uint32(random64()) & 0xffffff
-	peer := Peer{QPN: info.qpn, PSN: info.psn, Addr: id.peer, MTU: mtu, SelectiveRepeat: vflags&vFlagSACK != 0,
-		PiggybackACK: vflags&vFlagPiggyACK != 0, PrivateData: id.priv}
-	err := Connect(qp, psn, peer, p)
+	// The passive end sends from the REQ's starting PSN and receives from
+	// its REP's (see Manager.Connect).
+	rqPSN := uint32(random64()) & 0xffffff
+	peer := Peer{QPN: info.qpn, PSN: rqPSN, Addr: id.peer, MTU: mtu, SelectiveRepeat: vflags&vFlagSACK != 0,
+		PiggybackACK: vflags&vFlagPiggyACK != 0, StrictSourcePort: vflags&vFlagDevicePort != 0, PrivateData: id.priv}
+	err := Connect(qp, info.psn, peer, p)
 	var o outbox
 	m.mu.Lock()
 	switch {
@@ -428,7 +434,7 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 	default:
 		id.qp, id.peerQPN = qp, info.qpn
 		id.state = stRepSent
-		rep := &mad{attr: attrREP, tid: id.tid, localID: id.local, remoteID: id.remote, qpn: qp.QPN(), psn: psn,
+		rep := &mad{attr: attrREP, tid: id.tid, localID: id.local, remoteID: id.remote, qpn: qp.QPN(), psn: rqPSN,
 			mtu: mtu, respRes: p.rdAtomic(), initDepth: p.rdAtomic(), rnrRetry: or(p.RNRRetry, 7), guid: m.guid, priv: p.PrivateData}
 		if info.vflags&vFlagPresent != 0 {
 			rep.vflags = vFlagPresent | vflags

@@ -11,17 +11,20 @@ import (
 
 // RDMA_CM messages are InfiniBand CM MADs (IBA vol. 1 §12.6) laid out as
 // Linux's ib_cm lays them out, so tshark decodes them and the fields mean
-// what they mean on any RoCE fabric. Two vRoCE additions hide in fields
-// the IBA reserves, where other CMs put zeros:
+// what they mean on any RoCE fabric. vRoCE's additions hide where Linux's
+// CM ignores what it finds, so that another CM reads a vRoCE message as
+// its own and answers as it would answer Linux:
 //
 //   - the MAD header's ClassSpecific field carries 0x8000 | n when the
 //     private data is n bytes long (the IBA pads private data to a fixed
 //     size and loses its length);
-//   - a REQ's reserved word at offset 4 carries "vR", a version and
-//     capability flags, and a REP answers in the low byte of its QPN word
-//     (0x80 | the flags both ends speak). Selective repeat is one.
-//   - a vRoCE REP carries the path MTU it chose (IBA code) in the low
-//     byte of its PSN word: the passive end may offer less than the REQ.
+//   - a REQ's and a vRoCE REP's MAD header attribute modifier (zero in
+//     every CM message Linux sends) carries "vR", the version and path
+//     MTU code, and capability flags: the REQ what the active end offers,
+//     the REP what both ends speak. The MTU code goes on past 4096 to the
+//     extension MTUs, which the IB field cannot say. (The reserved words
+//     of the REQ and REP are not free: Linux reads them as the ECE vendor
+//     ID, echoes a REQ's and rejects a REP whose it does not know.)
 
 const (
 	madHeaderLen = 24
@@ -48,11 +51,16 @@ const (
 	privLenPresent = 0x8000
 
 	vMagic0, vMagic1 = 'v', 'R'
-	vVersion         = 1
+	vVersion         = 2  // 1 kept the marker in the REQ's reserved word
+	markerOff        = 20 // the MAD header's attribute modifier
 	vFlagSACK        = 1 << 0
 	vFlagPiggyACK    = 1 << 1
 	vFlagsOffered    = vFlagSACK | vFlagPiggyACK // the extensions this CM speaks
-	vFlagPresent     = 0x80
+	// vFlagDevicePort: the sender's RC packets leave from its device
+	// port, so its peer may refuse any other (vroce.QPAttr
+	// StrictSourcePort). Every vRoCE CM says it, extensions or not.
+	vFlagDevicePort = 1 << 2
+	vFlagPresent    = 0x80 // in mad.vflags only: the sender is vRoCE
 
 	// psTCP is rdma_cm's RDMA_PS_TCP port space: service IDs are
 	// 0x0000000001060000 | port.
@@ -231,12 +239,17 @@ func mtuFromCode(c uint8) vroce.MTU {
 const (
 	ibMTUCodes  = 5 // 256 to 4096, what a REQ's MTU field may say
 	extMTUCodes = 3 // 8192 to 32768, vRoCE's extension MTUs
-	// A vRoCE REQ offers an extension MTU in bits 2-3 of its vRoCE
-	// flags, as the code less five, and 4096 in the IB field, which is
-	// what another CM reads.
-	vFlagsMTUShift = 2
-	vFlagsMTUMask  = 3 << vFlagsMTUShift
 )
+
+// RoCEv2's UDP port: where Linux's QP1 listens, whatever port it sends
+// from.
+const roceV2Port = 4791
+
+// flowLabel is the IPv6 flow label rdma_cm puts in a REQ, from the two
+// ends' ports; rxe derives its RC source port from it.
+func flowLabel(srcPort, dstPort uint16) uint32 {
+	return (uint32(srcPort)*31 + uint32(dstPort)) & 0xfffff
+}
 
 // gid is an address as a RoCEv2 GID: IPv6, or IPv4 mapped into it.
 func gid(a netip.Addr) [16]byte {
@@ -257,17 +270,13 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 	be.PutUint32(d[0:], m.localID)
 	switch m.attr {
 	case attrREQ:
-		vflags := m.vflags &^ vFlagsMTUMask
-		if c := mtuCode(m.mtu); c > ibMTUCodes {
-			vflags |= (c - ibMTUCodes) << vFlagsMTUShift
-		}
-		d[4], d[5], d[6], d[7] = vMagic0, vMagic1, vVersion, vflags
 		be.PutUint64(d[8:], m.serviceID)
 		be.PutUint64(d[16:], m.guid)
 		be.PutUint32(d[32:], m.qpn<<8|uint32(m.respRes))
 		be.PutUint32(d[36:], uint32(m.initDepth))
-		// Remote CM response timeout 20, transport RC (0), flow control.
-		be.PutUint32(d[40:], 20<<3|1)
+		// Remote CM response timeout 20, transport RC (0); no end-to-end
+		// flow control, as Linux sends over RoCE.
+		be.PutUint32(d[40:], 20<<3)
 		// Local CM response timeout 20, retry count.
 		be.PutUint32(d[44:], m.psn<<8|20<<3|uint32(m.retryCnt&7))
 		be.PutUint16(d[48:], 0xffff)
@@ -281,8 +290,8 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 		src, dst := gid(m.srcIP), gid(m.dstIP)
 		copy(d[56:72], src[:])
 		copy(d[72:88], dst[:])
+		be.PutUint32(d[88:], flowLabel(m.srcPort, uint16(m.serviceID))<<12)
 		d[93] = 64                // hop limit
-		d[94] = 1 << 3            // subnet local
 		d[95] = m.ackTO & 31 << 3 // local ACK timeout
 		// rdma_cm's header opens the private data.
 		h := d[reqPrivOff:]
@@ -300,8 +309,8 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 		}
 	case attrREP:
 		be.PutUint32(d[4:], m.remoteID)
-		be.PutUint32(d[12:], m.qpn<<8|uint32(m.vflags))
-		be.PutUint32(d[20:], m.psn<<8|uint32(mtuCode(m.mtu)))
+		be.PutUint32(d[12:], m.qpn<<8)
+		be.PutUint32(d[20:], m.psn<<8)
 		d[24], d[25] = m.respRes, m.initDepth
 		d[26] = 1 // end-to-end flow control
 		d[27] = m.rnrRetry & 7 << 5
@@ -336,7 +345,23 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 	}
 	if !m.plain {
 		be.PutUint16(b[6:], privLenPresent|uint16(len(m.priv)))
+		if m.attr == attrREQ || m.attr == attrREP {
+			b[markerOff], b[markerOff+1] = vMagic0, vMagic1
+			b[markerOff+2] = vVersion<<4 | mtuCode(m.mtu)
+			b[markerOff+3] = m.vflags &^ vFlagPresent
+		}
 	}
+}
+
+// parseMarker reads the vRoCE marker of a REQ or REP: the sender's
+// flags, with vFlagPresent, and the path MTU it says; zeros from
+// another CM.
+func parseMarker(b []byte) (vflags uint8, mtu vroce.MTU) {
+	k := b[markerOff : markerOff+4]
+	if k[0] != vMagic0 || k[1] != vMagic1 || k[2]>>4 < vVersion {
+		return 0, 0
+	}
+	return k[3] | vFlagPresent, mtuFromCode(k[2] & 15)
 }
 
 // parseMAD decodes a CM MAD. It checks what a receiver relies on and
@@ -354,9 +379,6 @@ func parseMAD(b []byte, m *mad) error {
 	m.localID = be.Uint32(d[0:])
 	switch m.attr {
 	case attrREQ:
-		if d[4] == vMagic0 && d[5] == vMagic1 && d[6] >= vVersion {
-			m.vflags = d[7] | vFlagPresent
-		}
 		m.serviceID = be.Uint64(d[8:])
 		m.guid = be.Uint64(d[16:])
 		w := be.Uint32(d[32:])
@@ -370,10 +392,12 @@ func parseMAD(b []byte, m *mad) error {
 		if c := d[50] >> 4; c <= ibMTUCodes {
 			m.mtu = mtuFromCode(c)
 		}
-		if ext := m.vflags & vFlagsMTUMask >> vFlagsMTUShift; ext != 0 && m.mtu == vroce.MTU4096 {
-			m.mtu = mtuFromCode(ibMTUCodes + ext)
+		if vflags, vmtu := parseMarker(b); vflags != 0 {
+			m.vflags = vflags
+			if vmtu > vroce.MTU4096 && m.mtu == vroce.MTU4096 {
+				m.mtu = vmtu
+			}
 		}
-		m.vflags &^= vFlagsMTUMask
 		m.rnrRetry = d[50] & 7
 		m.srq = d[51]&(1<<3) != 0
 		m.ackTO = d[95] >> 3
@@ -389,16 +413,9 @@ func parseMAD(b []byte, m *mad) error {
 		}
 	case attrREP:
 		m.remoteID = be.Uint32(d[4:])
-		w := be.Uint32(d[12:])
-		m.qpn = w >> 8
-		if w&vFlagPresent != 0 {
-			m.vflags = uint8(w)
-		}
-		w = be.Uint32(d[20:])
-		m.psn = w >> 8
-		if m.vflags != 0 {
-			m.mtu = mtuFromCode(uint8(w))
-		}
+		m.qpn = be.Uint32(d[12:]) >> 8
+		m.psn = be.Uint32(d[20:]) >> 8
+		m.vflags, m.mtu = parseMarker(b)
 		m.respRes, m.initDepth = d[24], d[25]
 		m.rnrRetry = d[27] >> 5
 		m.srq = d[27]&(1<<4) != 0

@@ -533,7 +533,7 @@ func TestExtensionMTUHidesFromOtherCMs(t *testing.T) {
 	if code := d[50] >> 4; code != 5 {
 		t.Fatalf("IB MTU field %d, want 5 (4096)", code)
 	}
-	d[4] = 0 // no vRoCE marker: another CM's REQ
+	b[markerOff] = 0 // no vRoCE marker: another CM's REQ
 	var m mad
 	if err := parseMAD(b[:], &m); err != nil || m.mtu != vroce.MTU4096 {
 		t.Fatalf("as another CM's REQ: MTU %v, %v; want 4096", m.mtu, err)

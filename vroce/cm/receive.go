@@ -59,13 +59,35 @@ func (m *Manager) receive(from netip.AddrPort, b []byte) {
 // that connection's peer and, once the peer's ID is known, names it too.
 func (m *Manager) lookup(from netip.AddrPort, msg *mad) *ID {
 	id := m.ids[msg.remoteID]
-	if id == nil || id.peer != from || (id.remote != 0 && id.remote != msg.localID) {
+	if id == nil || !id.from(from, msg) || (id.remote != 0 && id.remote != msg.localID) {
 		return nil
 	}
 	return id
 }
 
+// from reports whether a message from src may be the peer's. A vRoCE CM
+// sends from its device port, which is where it receives; Linux's QP1
+// sends from a port hashed from its QPN (55410) and receives on RoCEv2's,
+// so from a peer that is not vRoCE (neither its REQ or REP nor this
+// message says so) the address alone must match.
+func (id *ID) from(src netip.AddrPort, msg *mad) bool {
+	if src == id.peer {
+		return true
+	}
+	return src.Addr() == id.peer.Addr() && id.peerInfo.vflags&vFlagPresent == 0 && msg.vflags&vFlagPresent == 0
+}
+
+// peerDevice is the address a REQ's sender receives at: its source
+// address for a vRoCE CM, RoCEv2's port for any other (see ID.from).
+func peerDevice(from netip.AddrPort, msg *mad) netip.AddrPort {
+	if msg.vflags&vFlagPresent != 0 {
+		return from
+	}
+	return netip.AddrPortFrom(from.Addr(), roceV2Port)
+}
+
 func (m *Manager) onREQ(from netip.AddrPort, msg *mad, o *outbox) bool {
+	from = peerDevice(from, msg)
 	answer := func(reason RejectReason) bool {
 		o.send(from, &mad{attr: attrREJ, tid: msg.tid, remoteID: msg.localID, which: msgREQ, reason: reason, plain: msg.vflags == 0})
 		return false
@@ -133,6 +155,9 @@ func (m *Manager) onREJ(from netip.AddrPort, msg *mad, o *outbox) bool {
 		id = m.lookup(from, msg)
 	} else {
 		id = m.remote[remoteKey{from, msg.localID}] // withdrawn before our answer
+		if id == nil {                              // by a CM that is not vRoCE
+			id = m.remote[remoteKey{netip.AddrPortFrom(from.Addr(), roceV2Port), msg.localID}]
+		}
 	}
 	if id == nil {
 		return false
@@ -162,7 +187,7 @@ func (m *Manager) onREP(from netip.AddrPort, msg *mad, o *outbox) bool {
 		if m.ids[msg.remoteID] == nil && msg.remoteID != 0 {
 			// A REP for a connection we no longer have (we withdrew, or a
 			// replay): refuse it, so the peer frees its QP.
-			o.send(from, &mad{attr: attrREJ, tid: msg.tid, localID: msg.remoteID, remoteID: msg.localID, which: msgREP, reason: RejectInvalidCommID})
+			o.send(peerDevice(from, msg), &mad{attr: attrREJ, tid: msg.tid, localID: msg.remoteID, remoteID: msg.localID, which: msgREP, reason: RejectInvalidCommID, plain: msg.vflags == 0})
 		}
 		return false
 	}
@@ -189,7 +214,7 @@ func (m *Manager) onREP(from netip.AddrPort, msg *mad, o *outbox) bool {
 		o.wake(id)
 		return true
 	case stEstablished:
-		o.send(from, id.message(attrRTU)) // our RTU was lost
+		o.send(id.peer, id.message(attrRTU)) // our RTU was lost
 		return true
 	case stRepRcvd:
 		return true // a copy of the REP being acted on
@@ -216,6 +241,8 @@ func (m *Manager) onDREQ(from netip.AddrPort, msg *mad, o *outbox) bool {
 	if id == nil {
 		if m.ids[msg.remoteID] == nil {
 			// We already answered and forgot, and the answer was lost.
+			// (A DREQ has no marker: where a CM that is not vRoCE
+			// listens is unknown here, and it gives up by itself.)
 			o.send(from, &mad{attr: attrDREP, tid: msg.tid, localID: msg.remoteID, remoteID: msg.localID})
 		}
 		return false
@@ -224,7 +251,7 @@ func (m *Manager) onDREQ(from netip.AddrPort, msg *mad, o *outbox) bool {
 	case stEstablished, stRepSent, stDreqSent:
 		m.remove(id)
 		o.fail(id.qp)
-		o.send(from, id.message(attrDREP))
+		o.send(id.peer, id.message(attrDREP))
 		o.event(Event{Type: EventDisconnected, ID: id})
 		o.wake(id)
 		return true

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"vroce.dev/internal/pcap"
 	"vroce.dev/providers/sim"
 	"vroce.dev/vroce"
@@ -120,9 +123,6 @@ func TestManagerAcceptsAnRxeRequest(t *testing.T) {
 	if _, err := r.Accept(qp, Params{}); err != nil {
 		t.Fatal(err)
 	}
-	if at := qp.Attr(); at.DestQPN != req.msg.qpn || at.RQPSN != req.msg.psn || at.SelectiveRepeat || at.PiggybackACK {
-		t.Fatalf("QP aimed at %#x from PSN %#x (selective repeat %v), want the REQ's %#x and %#x, go-back-N", at.DestQPN, at.RQPSN, at.SelectiveRepeat, req.msg.qpn, req.msg.psn)
-	}
 	pkts := make([]vroce.Packet, 1)
 	pkts[0].Data = make([]byte, vroce.MaxPacketSize)
 	n, err := client.Recv(pkts)
@@ -131,8 +131,51 @@ func TestManagerAcceptsAnRxeRequest(t *testing.T) {
 	}
 	var p wire.Packet
 	var rep mad
-	if err := wire.Parse(&p, pkts[0].Data); err != nil || parseMAD(p.Payload, &rep) != nil || rep.attr != attrREP || rep.remoteID != req.msg.localID || rep.vflags != 0 ||
-		p.Payload[6] != 0 || p.Payload[7] != 0 {
-		t.Fatalf("the answer is not a plain REP to the rxe client: %+v (%v)", rep, err)
+	if err := wire.Parse(&p, pkts[0].Data); err != nil || parseMAD(p.Payload, &rep) != nil || rep.attr != attrREP || rep.remoteID != req.msg.localID || rep.vflags != 0 {
+		t.Fatalf("the answer is not a REP to the rxe client: %+v (%v)", rep, err)
+	}
+	// Linux reads the reserved bytes of a REP as the ECE vendor ID and
+	// rejects one it does not know: a REP to it leaves them zero, and
+	// the MAD header as Linux sends it.
+	d := p.Payload[madHeaderLen:]
+	for _, i := range []int{6, 7, markerOff, markerOff + 1, markerOff + 2, markerOff + 3} {
+		if b := p.Payload[i]; b != 0 {
+			t.Errorf("MAD header byte %d is %#x, want 0", i, b)
+		}
+	}
+	for _, i := range []int{15, 19, 23} { // the ECE vendor ID's bytes
+		if d[i] != 0 {
+			t.Errorf("REP byte %d is %#x, want 0", i, d[i])
+		}
+	}
+	// The passive end sends from the REQ's starting PSN and receives from
+	// its REP's, as Linux's CM reads them (rping.pcap).
+	if at := qp.Attr(); at.DestQPN != req.msg.qpn || at.SQPSN != req.msg.psn || at.RQPSN != rep.psn || at.SelectiveRepeat || at.PiggybackACK || at.StrictSourcePort {
+		t.Fatalf("QP aimed at %#x, sending from PSN %#x and receiving from %#x (selective repeat %v, strict port %v); want the REQ's %#x and %#x, the REP's %#x, go-back-N, any port",
+			at.DestQPN, at.SQPSN, at.RQPSN, at.SelectiveRepeat, at.StrictSourcePort, req.msg.qpn, req.msg.psn, rep.psn)
+	}
+}
+
+// TestREQAndREPAreTheOnesLinuxSends lays out the REQ and REP rdma_cm sent
+// over Soft-RoCE from their decoded fields: byte for byte the same, but
+// for the vRoCE marker in the MAD header of the REQ, which Linux's CM
+// ignores (a REP to a CM that is not vRoCE carries none).
+func TestREQAndREPAreTheOnesLinuxSends(t *testing.T) {
+	for _, name := range []string{"rping.pcap", "write_bw_cm.pcap", "read_bw_cm.pcap"} {
+		for _, c := range rxeMADs(t, name)[:2] {
+			ours := c.msg
+			ours.plain = c.msg.attr == attrREP
+			if c.msg.attr == attrREQ {
+				ours.vflags = vFlagDevicePort | vFlagPresent
+			}
+			var b [vroce.MADSize]byte
+			ours.marshal(&b)
+			for i := range b {
+				if c.msg.attr == attrREQ && (i == 6 || i == 7 || i >= markerOff && i < markerOff+4) {
+					continue
+				}
+				assert.Equal(t, c.raw[i], b[i], "%s: %v byte %d (MAD data byte %d)", name, c.msg.attr, i, i-madHeaderLen)
+			}
+		}
 	}
 }

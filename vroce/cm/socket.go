@@ -24,6 +24,9 @@ const (
 	headerLen = 4 + 2 + 2 + 4 + 4 + 2 + 2 + 16 + 1
 	flagSACK  = 1 << 0
 	flagPiggy = 1 << 1 // ACKs ride on requests (wire.PiggyACK)
+	// flagDevicePort: RC packets leave from the advertised port, so the
+	// peer may refuse any other (vroce.QPAttr StrictSourcePort).
+	flagDevicePort = 1 << 2
 )
 
 // SocketMagic opens every SOCKET exchange: a listener that serves plain
@@ -67,7 +70,10 @@ type Peer struct {
 	MTU             vroce.MTU // as negotiated: the smaller of the two
 	SelectiveRepeat bool      // both ends speak it
 	PiggybackACK    bool      // both ends speak it
-	PrivateData     []byte
+	// StrictSourcePort: the peer sends from Addr's port and said so
+	// (vroce.QPAttr.StrictSourcePort).
+	StrictSourcePort bool
+	PrivateData      []byte
 }
 
 // hello is one end's exchange message.
@@ -174,7 +180,7 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return Peer{}, err
 	}
-	ours := hello{qpn: qp.QPN(), psn: binary.BigEndian.Uint32(rnd[:]) & 0xffffff, mtu: uint16(mtu), addr: adv, privateData: p.PrivateData}
+	ours := hello{flags: flagDevicePort, qpn: qp.QPN(), psn: binary.BigEndian.Uint32(rnd[:]) & 0xffffff, mtu: uint16(mtu), addr: adv, privateData: p.PrivateData}
 	if !p.GoBackN {
 		ours.flags |= flagSACK | flagPiggy
 	}
@@ -207,10 +213,11 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 	}
 	peer := Peer{
 		QPN: theirs.qpn, PSN: theirs.psn, Addr: theirs.addr,
-		MTU:             min(mtu, vroce.MTU(theirs.mtu)),
-		SelectiveRepeat: ours.flags&theirs.flags&flagSACK != 0,
-		PiggybackACK:    ours.flags&theirs.flags&flagPiggy != 0,
-		PrivateData:     theirs.privateData,
+		MTU:              min(mtu, vroce.MTU(theirs.mtu)),
+		SelectiveRepeat:  ours.flags&theirs.flags&flagSACK != 0,
+		PiggybackACK:     ours.flags&theirs.flags&flagPiggy != 0,
+		StrictSourcePort: ours.flags&theirs.flags&flagDevicePort != 0,
+		PrivateData:      theirs.privateData,
 	}
 	if err := Connect(qp, ours.psn, peer, p); err != nil {
 		return Peer{}, err
@@ -229,9 +236,11 @@ func Connect(qp *vroce.QP, sqPSN uint32, peer Peer, p Params) error {
 	}{
 		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: p.Access | vroce.AccessLocalWrite}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
 		{vroce.QPAttr{State: vroce.QPSRTR, Dest: peer.Addr, PathMTU: peer.MTU, DestQPN: peer.QPN, RQPSN: peer.PSN,
-			MaxDestRdAtomic: rd, MinRNRTimer: or(p.MinRNRTimer, 1), SelectiveRepeat: peer.SelectiveRepeat, PiggybackACK: peer.PiggybackACK},
+			MaxDestRdAtomic: rd, MinRNRTimer: or(p.MinRNRTimer, 1), SelectiveRepeat: peer.SelectiveRepeat, PiggybackACK: peer.PiggybackACK,
+			StrictSourcePort: peer.StrictSourcePort},
 			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN |
-				vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat | vroce.QPAttrPiggybackACK},
+				vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat | vroce.QPAttrPiggybackACK |
+				vroce.QPAttrStrictSourcePort},
 		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: sqPSN, Timeout: or(p.Timeout, 14), RetryCnt: or(p.RetryCnt, 7),
 			RNRRetry: or(p.RNRRetry, 7), MaxRdAtomic: rd},
 			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},

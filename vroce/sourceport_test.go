@@ -1,0 +1,149 @@
+package vroce_test
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vroce.dev/providers/sim"
+	"vroce.dev/vroce"
+	"vroce.dev/vroce/wire"
+)
+
+// rxeLike is a hand-played RoCEv2 peer on the sim network: it sends from
+// whatever port it likes, with the IPv4 IDs it likes, as rdma_rxe does.
+type rxeLike struct {
+	t       *testing.T
+	network *sim.Network
+	qpn     uint32
+}
+
+// sendOnly sends a SEND_ONLY with payload to qp at psn, from src, sealed
+// over an IPv4 header that carries id.
+func (r *rxeLike) sendOnly(src netip.AddrPort, qp *vroce.QP, psn uint32, id uint16, payload []byte) {
+	r.t.Helper()
+	ep, err := r.network.Attach(src)
+	require.NoError(r.t, err)
+	defer ep.Close()
+	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: qp.QPN(), PSN: psn, AckReq: true}, Payload: payload}
+	b := make([]byte, wire.Len(wire.RCSendOnly, len(payload)))
+	_, err = p.Encode(b)
+	require.NoError(r.t, err)
+	var hs [wire.MaxHeaderSpace]byte
+	ip, udp, ok := wire.Flow{Src: src, Dst: qp.Device().LocalAddr()}.Headers(&hs, len(b))
+	require.True(r.t, ok)
+	binary.BigEndian.PutUint16(ip[4:], id)
+	crc, ok := wire.ICRC(ip, udp, b)
+	require.True(r.t, ok)
+	binary.LittleEndian.PutUint32(b[len(b)-wire.ICRCLen:], crc)
+	require.NoError(r.t, ep.Send([]vroce.Packet{{Data: b, Addr: qp.Device().LocalAddr()}}))
+}
+
+// rcQPTo opens a device on network and an RC QP in RTS aimed at peer (its
+// QPN 0x11, its first PSN 100), receiving from PSN 500.
+func rcQPTo(t *testing.T, network *sim.Network, peer netip.AddrPort, strict bool) (*vroce.QP, *vroce.CQ, *vroce.MR) {
+	t.Helper()
+	dev, err := vroce.Open(vroce.Config{Provider: "sim", Addr: "10.0.0.2:4791", ProviderOptions: network})
+	require.NoError(t, err)
+	t.Cleanup(func() { dev.Close() })
+	pd, _ := dev.AllocPD()
+	cq, _ := dev.CreateCQ(64)
+	mr, err := pd.RegMR(make([]byte, 4096), vroce.AccessLocalWrite)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq, Cap: vroce.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	steps := []struct {
+		a vroce.QPAttr
+		m vroce.QPAttrMask
+	}{
+		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: vroce.AccessLocalWrite}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
+		{vroce.QPAttr{State: vroce.QPSRTR, Dest: peer, PathMTU: vroce.MTU1024, DestQPN: 0x11, RQPSN: 500, MaxDestRdAtomic: 1, MinRNRTimer: 1, StrictSourcePort: strict},
+			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrStrictSourcePort},
+		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		require.NoError(t, qp.Modify(&s.a, s.m))
+	}
+	require.NoError(t, qp.PostRecv(vroce.RecvWR{ID: 1, SGL: []vroce.SGE{mr.SGE(0, 4096)}}))
+	return qp, cq, mr
+}
+
+// received waits for the next receive completion. A refusal is shown by
+// sending the refused packet first and then a positive control: the sim
+// delivers one sender's packets in order, so the completion that comes is
+// the control's, and the refusal was counted before it.
+func received(t *testing.T, cq *vroce.CQ) vroce.WorkCompletion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]vroce.WorkCompletion, 1)
+	n, err := cq.PollWait(ctx, wc)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	return wc[0]
+}
+
+// TestRCTakesAnRxePeersHashedSourcePort: a RoCEv2 peer sends from a port
+// of its own choosing with a counting IPv4 ID. A QP that did not agree on
+// a strict source port takes its packets, and answers at the peer's
+// device port; one that did refuses the same packet from that port, and
+// takes it from the agreed one (the positive control).
+func TestRCTakesAnRxePeersHashedSourcePort(t *testing.T) {
+	peer := netip.MustParseAddrPort("10.0.0.1:4791")
+	hashed := netip.MustParseAddrPort("10.0.0.1:49441")
+	msg := []byte("hello from a hashed port")
+
+	t.Run("any port", func(t *testing.T) {
+		network := sim.NewNetwork(sim.Config{})
+		t.Cleanup(network.Close)
+		acks, err := network.Attach(peer)
+		require.NoError(t, err)
+		defer acks.Close()
+		qp, cq, mr := rcQPTo(t, network, peer, false)
+		r := &rxeLike{t: t, network: network}
+		r.sendOnly(hashed, qp, 500, 0x15ec, msg)
+		wc := received(t, cq)
+		assert.Equal(t, vroce.WCSuccess, wc.Status)
+		assert.Equal(t, msg, mr.Bytes()[:wc.ByteLen])
+		pkts := []vroce.Packet{{Data: make([]byte, vroce.MaxPacketSize)}}
+		n, err := acks.Recv(pkts)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		var ack wire.Packet
+		require.NoError(t, wire.Parse(&ack, pkts[0].Data))
+		assert.Equal(t, wire.RCAcknowledge, ack.BTH.Opcode)
+		assert.Equal(t, uint32(500), ack.BTH.PSN)
+		assert.Zero(t, qp.Stats().WrongSource)
+	})
+
+	t.Run("strict", func(t *testing.T) {
+		network := sim.NewNetwork(sim.Config{})
+		t.Cleanup(network.Close)
+		qp, cq, mr := rcQPTo(t, network, peer, true)
+		r := &rxeLike{t: t, network: network}
+		r.sendOnly(hashed, qp, 500, 0, []byte("injected"))
+		r.sendOnly(peer, qp, 500, 0, msg) // the control: from the device port
+		wc := received(t, cq)
+		assert.Equal(t, msg, mr.Bytes()[:wc.ByteLen], "the strict QP took the packet from another port of the peer")
+		assert.Equal(t, uint64(1), qp.Stats().WrongSource)
+	})
+
+	t.Run("strict wants ID 0", func(t *testing.T) {
+		// A vRoCE peer seals with ID 0: a strict QP checks all 32 bits.
+		network := sim.NewNetwork(sim.Config{})
+		t.Cleanup(network.Close)
+		qp, cq, mr := rcQPTo(t, network, peer, true)
+		r := &rxeLike{t: t, network: network}
+		r.sendOnly(peer, qp, 500, 0x15ec, []byte("sealed with ID 0x15ec"))
+		r.sendOnly(peer, qp, 500, 0, msg)
+		wc := received(t, cq)
+		assert.Equal(t, msg, mr.Bytes()[:wc.ByteLen])
+		assert.Equal(t, uint64(1), qp.Device().Stats().RxBadICRC)
+	})
+}
