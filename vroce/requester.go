@@ -118,7 +118,12 @@ type requester struct {
 	highHeld   uint32     // highest PSN known received (ACK, SACK or response)
 	rackSentAt int64      // latest send time among PSNs known received
 
-	rdInFlight  int // READs and atomics sent and not completed
+	rdInFlight int // READ and atomic work requests sent and not completed
+	// rdRequests counts READ and atomic request packets whose responses
+	// are still awaited: what the responder holds resources for
+	// (max_rd_atomic bounds it, not the work requests, since a READ goes
+	// out as several requests).
+	rdRequests  int
 	sinceAckReq int
 
 	rtt         rttEstimator
@@ -154,6 +159,13 @@ type pktState struct {
 	done   bool // delivered: acknowledged, or its READ response or atomic ACK arrived
 	lost   bool // queued to be sent again
 	read   bool // a READ or atomic PSN: delivered only by its response
+	// A READ or atomic PSN awaited by the request whose last PSN is
+	// lastOff PSNs on; that last PSN's left counts the PSNs its request
+	// still awaits (rdRequests counts requests with left > 0). Kept at
+	// the last PSN: sndUna passes it only once the whole request is in.
+	awaited bool
+	lastOff uint8
+	left    uint8
 }
 
 func (r *requester) init(max int) {
@@ -340,7 +352,7 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 			r.lostCount--
 			continue
 		}
-		if !r.paced(now) {
+		if !r.paced(now) || r.rdLimited(qp, w) {
 			break
 		}
 		r.emit(qp, w, psn, b, now)
@@ -369,7 +381,7 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 				r.rdInFlight++
 			}
 		}
-		if int(psnDiff(r.nextPSN, r.sndUna)) >= r.window() || !r.paced(now) {
+		if int(psnDiff(r.nextPSN, r.sndUna)) >= r.window() || r.rdLimited(qp, w) || !r.paced(now) {
 			break
 		}
 		r.nextPSN = r.emit(qp, w, r.nextPSN, b, now)
@@ -381,6 +393,41 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 		}
 	}
 	r.armTimers(qp, now)
+}
+
+// rdLimited reports whether w's next packet is a READ or atomic request
+// that must wait: max_rd_atomic requests already await their responses.
+func (r *requester) rdLimited(qp *QP, w *sendWQE) bool {
+	return (w.op == WRRDMARead || w.op.isAtomic()) && r.rdRequests >= max(qp.attr.MaxRdAtomic, 1)
+}
+
+// await records that the request ending at last awaits the response of
+// psn, which an earlier request may have awaited too (a resend asks again
+// for responses presumed lost).
+func (r *requester) await(last, psn uint32) {
+	st := r.pkt(psn)
+	r.release(psn, st)
+	st.awaited, st.lastOff = true, uint8(psnDiff(last, psn))
+	l := r.pkt(last)
+	if l.left == 0 {
+		r.rdRequests++
+	}
+	l.left++
+}
+
+// release stops awaiting psn's response, whose state is st: it came, or
+// is presumed lost.
+func (r *requester) release(psn uint32, st *pktState) {
+	if !st.awaited {
+		return
+	}
+	st.awaited = false
+	if l := r.pkt(psnAdd(psn, int(st.lastOff))); l.left > 0 {
+		l.left--
+		if l.left == 0 {
+			r.rdRequests--
+		}
+	}
 }
 
 // ackInterval is how many packets may go without asking for an ACK: at
@@ -403,6 +450,7 @@ func (r *requester) paced(now int64) bool {
 
 // markLost queues psn, whose state is st, to be sent again.
 func (r *requester) markLost(psn uint32, st *pktState) {
+	r.release(psn, st)
 	st.lost = true
 	r.lostCount++
 	if r.lostCount == 1 || psnDiff(psn, r.lostFrom) < 0 {
@@ -462,9 +510,16 @@ func (r *requester) armTimers(qp *QP, now int64) {
 	if r.lostCount > 0 {
 		r.probeAt = 0
 	} else if r.backoff == 0 && r.probeAt == 0 {
-		// Always ahead of the RTO: a steady RTT makes RTTVAR, and the
-		// RTO, small against two SRTTs.
-		r.probeAt = min(now+r.rtt.pto(r.probeFloor(now)), r.rtoAt-rto/4)
+		// A PTO after the last probe or send, and ahead of the RTO (a
+		// steady RTT makes RTTVAR, and the RTO, small against two SRTTs):
+		// never at or before now, or an unanswered probe to a peer slower
+		// than three quarters of the RTO was repeated at every timer wake
+		// until the RTO (117 packets in 40 ms to rxe). So a PTO apart, the
+		// last a quarter RTO before it: at most (RTO * 3/4) / PTO + 1
+		// probes per RTO.
+		if at := min(now+r.rtt.pto(r.probeFloor(now)), r.rtoAt-rto/4); at > now {
+			r.probeAt = at
+		}
 	}
 	r.schedule(qp)
 }
@@ -587,6 +642,11 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 		st.sentAt, st.retx = now, st.retx || resent
 		if resent && i == 0 {
 			qp.stats.Retransmits++
+		}
+	}
+	if w.op == WRRDMARead || w.op.isAtomic() {
+		for i := range covers {
+			r.await(psnAdd(psn, covers-1), psnAdd(psn, i))
 		}
 	}
 	return psnAdd(psn, covers)
@@ -743,6 +803,7 @@ func (r *requester) delivered(psn uint32, now int64) {
 		r.lostCount--
 	}
 	st.done = true
+	r.release(psn, st)
 	r.noteReceived(psn, st.sentAt)
 }
 
@@ -991,7 +1052,7 @@ func (r *requester) flush(qp *QP) {
 		clear(w.more)
 	}
 	r.next = r.head
-	r.rdInFlight, r.lostCount = 0, 0
+	r.rdInFlight, r.rdRequests, r.lostCount = 0, 0, 0
 	r.sndUna, r.sndMax = r.sndNxt, r.sndNxt
 	r.rtoAt, r.probeAt, r.rnrAt, r.paceAt, r.rnrWait = 0, 0, 0, 0, false
 }

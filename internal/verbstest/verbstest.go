@@ -41,6 +41,9 @@ type Opts struct {
 	SelectiveRepeat bool
 	// PiggybackACK lets ACKs ride on requests both ways.
 	PiggybackACK bool
+	// MaxRdAtomic bounds READ and atomic requests in flight each way; 0
+	// means the connection manager's default.
+	MaxRdAtomic int
 }
 
 // DefaultOpts: 1 KiB MTU, 1 MiB buffers, a 67 ms ACK timeout (as
@@ -114,7 +117,7 @@ func Connect(t testing.TB, qp, peer *vroce.QP, peerDev *vroce.Device, o Opts) {
 	err := cm.Connect(qp, InitialPSN(qp.QPN()),
 		cm.Peer{QPN: peer.QPN(), PSN: InitialPSN(peer.QPN()), Addr: peerDev.LocalAddr(), MTU: o.MTU, SelectiveRepeat: o.SelectiveRepeat, PiggybackACK: o.PiggybackACK,
 			StrictSourcePort: true},
-		cm.Params{Access: o.Access, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry, MinRNRTimer: o.MinRNR})
+		cm.Params{Access: o.Access, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry, MinRNRTimer: o.MinRNR, MaxRdAtomic: o.MaxRdAtomic})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -312,7 +312,7 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 		be.PutUint32(d[12:], m.qpn<<8)
 		be.PutUint32(d[20:], m.psn<<8)
 		d[24], d[25] = m.respRes, m.initDepth
-		d[26] = 1 // end-to-end flow control
+		d[26] = 15 << 3 // target ACK delay 15, as Linux; no end-to-end flow control
 		d[27] = m.rnrRetry & 7 << 5
 		if m.srq {
 			d[27] |= 1 << 4

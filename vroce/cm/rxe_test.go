@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"vroce.dev/internal/pcap"
 	"vroce.dev/providers/sim"

@@ -1,0 +1,112 @@
+package vroce_test
+
+import (
+	"bytes"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vroce.dev/internal/verbstest"
+	"vroce.dev/providers/sim"
+	"vroce.dev/vroce"
+	"vroce.dev/vroce/wire"
+)
+
+// readTap is the requester's provider, watching the READ requests it sends
+// and the responses that come back: a request is outstanding from when it
+// leaves until the response to its last PSN is in.
+type readTap struct {
+	vroce.Provider
+	mtu int
+
+	mu          sync.Mutex
+	waiting     map[uint32]int // a request's last PSN: how many of its responses are still to come
+	owner       map[uint32]uint32
+	requests    int
+	outstanding int
+	most        int
+}
+
+func (t *readTap) Send(pkts []vroce.Packet) error {
+	t.mu.Lock()
+	for i := range pkts {
+		var p wire.Packet
+		if wire.Parse(&p, pkts[i].AppendTo(nil)) != nil || p.BTH.Opcode != wire.RCReadRequest {
+			continue
+		}
+		n := max((int(p.RETH.DMALen)+t.mtu-1)/t.mtu, 1)
+		last := (p.BTH.PSN + uint32(n) - 1) & 0xffffff
+		t.requests++
+		t.waiting[last] = n
+		t.outstanding++
+		t.most = max(t.most, t.outstanding)
+		for k := range n {
+			t.owner[(p.BTH.PSN+uint32(k))&0xffffff] = last
+		}
+	}
+	t.mu.Unlock()
+	return t.Provider.Send(pkts)
+}
+
+func (t *readTap) Recv(pkts []vroce.Packet) (int, error) {
+	n, err := t.Provider.Recv(pkts)
+	t.mu.Lock()
+	for i := range n {
+		var p wire.Packet
+		if wire.Parse(&p, pkts[i].Data) != nil || p.BTH.Opcode.Flags()&wire.IsResponse == 0 || p.BTH.Opcode == wire.RCAcknowledge {
+			continue
+		}
+		last, ok := t.owner[p.BTH.PSN]
+		if !ok {
+			continue
+		}
+		delete(t.owner, p.BTH.PSN)
+		if t.waiting[last]--; t.waiting[last] == 0 {
+			delete(t.waiting, last)
+			t.outstanding--
+		}
+	}
+	t.mu.Unlock()
+	return n, err
+}
+
+// TestReadRequestsInFlightStayWithinMaxRdAtomic: 20 READs of 64 KiB at a
+// 1 KiB MTU, across a 1 ms path and a window that starts small, go out as
+// many requests (each no more than the window has room for); no more of
+// them are outstanding at once than the peer agreed to answer
+// (max_rd_atomic 4), and every byte arrives. Before, the bound counted
+// work requests: 1,166 requests, 106 outstanding against 16.
+func TestReadRequestsInFlightStayWithinMaxRdAtomic(t *testing.T) {
+	const maxRd, reads, size = 4, 20, 64 << 10
+	network := sim.NewNetwork(sim.Config{Delay: 500 * time.Microsecond})
+	t.Cleanup(network.Close)
+	ea, err := network.Attach(netip.MustParseAddrPort("10.0.1.1:4791"))
+	require.NoError(t, err)
+	tap := &readTap{Provider: ea, mtu: 1024, waiting: map[uint32]int{}, owner: map[uint32]uint32{}}
+	da, err := vroce.OpenWithProvider(tap, vroce.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { da.Close() })
+	db := verbstest.OpenDevice(t, vroce.Config{Provider: "sim", Addr: "10.0.1.2:4791", ProviderOptions: network})
+	o := defaultOpts()
+	o.MaxRdAtomic, o.BufSize = maxRd, reads*size
+	a, b := verbstest.Pair(t, da, db, o)
+	fill(b.Buf, 3)
+	verbstest.Sync(b)
+	for i := range reads {
+		off := i * size
+		require.NoError(t, a.QP.PostSend(vroce.SendWR{ID: uint64(i), Opcode: vroce.WRRDMARead, Flags: vroce.SendSignaled,
+			SGL: []vroce.SGE{a.MR.SGE(off, size)}, RemoteAddr: b.MR.Addr() + uint64(off), RKey: b.MR.RKey()}))
+	}
+	mustSucceed(t, waitCompletions(t, a.CQ, reads, 20*time.Second))
+	verbstest.Sync(a)
+	require.True(t, bytes.Equal(a.Buf, b.Buf), "READ data differs")
+	tap.mu.Lock()
+	defer tap.mu.Unlock()
+	assert.Greater(t, tap.requests, reads, "each READ went as one request: the test shows nothing")
+	assert.LessOrEqual(t, tap.most, maxRd, "READ requests outstanding at once (of %d sent)", tap.requests)
+	t.Logf("%d READ requests, at most %d outstanding", tap.requests, tap.most)
+}
