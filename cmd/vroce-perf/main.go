@@ -62,7 +62,12 @@ type config struct {
 	Server      string        `json:"-"`
 	CPUProf     string        `json:"-"`
 	Trace       string        `json:"-"`
-	quietProg   bool
+	// Oob names the out-of-band exchange of another tool to speak
+	// instead of vroce-perf's own: pingpong (rdma-core's
+	// ibv_rc_pingpong and ibv_ud_pingpong), perftest.
+	Oob       string `json:"-"`
+	Conn      string `json:"-"` // RC or UD, as perftest's -c
+	quietProg bool
 }
 
 func (c *config) isLat() bool { return strings.HasSuffix(c.Test, "_lat") }
@@ -110,7 +115,13 @@ func main() {
 	}
 	stopProfile := record(cfg.CPUProf, pprof.StartCPUProfile, pprof.StopCPUProfile)
 	stopTrace := record(cfg.Trace, trace.Start, trace.Stop)
-	results, err := run(cfg)
+	var results []*result
+	var err error
+	if cfg.Oob == "pingpong" {
+		err = runPingpong(cfg)
+	} else {
+		results, err = run(cfg)
+	}
 	stopProfile()
 	stopTrace()
 	for _, r := range results {
@@ -150,6 +161,8 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.GoBackN, "go-back-n", false, "do not negotiate selective repeat (behave as rdma_rxe)")
 	fs.StringVar(&c.CPUProf, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write a Go execution trace of the run to this file (go tool trace)")
+	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat)")
+	fs.StringVar(&c.Conn, "conn", "RC", "--oob: the QP type, RC or UD (UD: ibv_ud_pingpong)")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
 }
 
@@ -162,6 +175,10 @@ func (c *config) finish() error {
 	}
 	if c.Size == 0 {
 		switch {
+		case c.Oob == "pingpong" && c.Conn == "UD":
+			c.Size = 2048 // ibv_ud_pingpong's default
+		case c.Oob == "pingpong":
+			c.Size = 4096 // ibv_rc_pingpong's
 		case c.Test == "atomic_lat":
 			c.Size = 8
 		case c.isLat():
@@ -177,6 +194,14 @@ func (c *config) finish() error {
 		}
 	}
 	switch {
+	case c.Oob != "" && c.Oob != "pingpong":
+		return fmt.Errorf("--oob %q: pingpong", c.Oob)
+	case c.Oob == "pingpong" && (c.Test != "send_lat" || c.Loopback):
+		return fmt.Errorf("--oob pingpong plays ibv_rc_pingpong and ibv_ud_pingpong: send_lat, between two hosts")
+	case c.Conn != "RC" && c.Conn != "UD":
+		return fmt.Errorf("--conn %q: RC or UD", c.Conn)
+	case c.Conn == "UD" && c.Oob == "":
+		return fmt.Errorf("--conn UD goes with --oob pingpong")
 	case c.Test == "atomic_lat" && c.Size != 8:
 		return fmt.Errorf("atomic_lat moves 8 bytes; -s %d", c.Size)
 	case c.Size < 1 || c.Size > 1<<30:

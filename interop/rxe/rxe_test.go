@@ -1,0 +1,186 @@
+//go:build linux
+
+package rxe
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// theGuest is booted once for the package: under TCG a boot costs about
+// 20 s, a case a few.
+var (
+	theGuest *guest
+	bootErr  error
+	lacking  string
+)
+
+func TestMain(m *testing.M) {
+	lacking = missing()
+	var dir string
+	if lacking == "" {
+		var err error
+		dir, err = os.MkdirTemp("", "vroce-rxe-")
+		if err == nil {
+			theGuest, bootErr = boot(dir, 1500)
+		} else {
+			bootErr = err
+		}
+	}
+	code := m.Run()
+	if theGuest != nil {
+		theGuest.close()
+	}
+	if code == 0 && dir != "" {
+		os.RemoveAll(dir)
+	} else if dir != "" {
+		fmt.Fprintf(os.Stderr, "interop/rxe: console log and capture kept in %s\n", dir)
+	}
+	os.Exit(code)
+}
+
+// needGuest skips a test where the guest cannot be booted, saying why;
+// CI, which installs qemu and runs as root, must run it.
+func needGuest(t *testing.T) *guest {
+	t.Helper()
+	switch {
+	case lacking != "" && os.Getenv("CI") != "":
+		t.Fatalf("CI must run the rdma_rxe interop tests, but this machine lacks %s", lacking)
+	case lacking != "":
+		t.Skipf("needs %s to boot a Soft-RoCE guest; CI runs it", lacking)
+	case bootErr != nil:
+		t.Fatalf("booting the Soft-RoCE guest: %v", bootErr)
+	}
+	return theGuest
+}
+
+// hostServer starts vroce-perf as a server in the namespace and waits
+// until it listens.
+func hostServer(t *testing.T, g *guest, args ...string) (wait func() string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	cmd := g.host(ctx, args...)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	var out strings.Builder
+	cmd.Stdout = &out
+	require.NoError(t, cmd.Start())
+	listening := make(chan struct{})
+	var errOut strings.Builder
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			fmt.Fprintln(&errOut, sc.Text())
+			if strings.Contains(sc.Text(), "waiting on TCP port") {
+				close(listening)
+			}
+		}
+	}()
+	select {
+	case <-listening:
+	case <-ctx.Done():
+		t.Fatalf("vroce-perf %v did not listen", args)
+	}
+	return func() string {
+		t.Helper()
+		err := cmd.Wait()
+		cancel()
+		if err != nil {
+			t.Errorf("vroce-perf %v: %v\n%s%s", args, err, out.String(), errOut.String())
+		}
+		return out.String()
+	}
+}
+
+// hostClient runs vroce-perf as a client in the namespace.
+func hostClient(t *testing.T, g *guest, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	out, err := g.host(ctx, args...).CombinedOutput()
+	if err != nil {
+		t.Errorf("vroce-perf %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// delta is what rxe's counters moved by.
+func delta(before, after map[string]int) map[string]int {
+	d := map[string]int{}
+	for k, v := range after {
+		if v != before[k] {
+			d[k] = v - before[k]
+		}
+	}
+	return d
+}
+
+// checkRxe says whether rxe saw what a clean exchange of sends and
+// receives makes: every packet it got in order, nothing retried to
+// exhaustion.
+func checkRxe(t *testing.T, d map[string]int, sends, recvs int) {
+	t.Helper()
+	assert.Equal(t, sends, d["rdma_sends"], "rxe counted SENDs (counters moved: %v)", d)
+	assert.Equal(t, recvs, d["rdma_recvs"], "rxe counted receives (counters moved: %v)", d)
+	for _, bad := range []string{"completer_retry_err", "retry_exceeded_err", "rnr_nak_retry_err", "send_err", "link_downed"} {
+		assert.Zero(t, d[bad], "rxe %s (counters moved: %v)", bad, d)
+	}
+}
+
+var devAddr = "--dev-addr=" + hostIP + ":4791"
+
+// TestRCPingpong: ibv_rc_pingpong in the guest, vroce-perf on the host,
+// each as server and as client, at the tools' 4096 bytes (FIRST, MIDDLE,
+// LAST at the 1024-byte MTU) and at 13 (one padded packet).
+func TestRCPingpong(t *testing.T) {
+	g := needGuest(t)
+	for _, size := range []int{4096, 13} {
+		t.Run(fmt.Sprintf("guest serves %d B", size), func(t *testing.T) {
+			before := g.counters(t)
+			srv := g.start(t, fmt.Sprintf("ibv_rc_pingpong -g 1 -n 10 -s %d", size))
+			g.waitListening(t, 18515)
+			out := hostClient(t, g, "send_lat", "--oob", "pingpong", "-n", "10", "-s", fmt.Sprint(size), devAddr, guestIP)
+			rc, gout := srv.wait(t, 60*time.Second)
+			require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
+			assert.Contains(t, gout, "10 iters in")
+			checkRxe(t, delta(before, g.counters(t)), 10, 10)
+		})
+		t.Run(fmt.Sprintf("guest connects %d B", size), func(t *testing.T) {
+			before := g.counters(t)
+			wait := hostServer(t, g, "send_lat", "--oob", "pingpong", "-n", "10", "-s", fmt.Sprint(size), devAddr)
+			rc, gout := g.start(t, fmt.Sprintf("ibv_rc_pingpong -g 1 -n 10 -s %d %s", size, hostIP)).wait(t, 60*time.Second)
+			out := wait()
+			require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
+			assert.Contains(t, out, "10 iters in")
+			checkRxe(t, delta(before, g.counters(t)), 10, 10)
+		})
+	}
+}
+
+// TestUDPingpong: ibv_ud_pingpong, whose datagrams rxe sends from a port
+// hashed from its QPN and with counting IPv4 IDs.
+func TestUDPingpong(t *testing.T) {
+	g := needGuest(t)
+	t.Run("guest serves", func(t *testing.T) {
+		srv := g.start(t, "ibv_ud_pingpong -g 1 -n 10 -s 512")
+		g.waitListening(t, 18515)
+		out := hostClient(t, g, "send_lat", "--oob", "pingpong", "--conn", "UD", "-n", "10", "-s", "512", devAddr, guestIP)
+		rc, gout := srv.wait(t, 60*time.Second)
+		require.Equal(t, 0, rc, "ibv_ud_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
+	})
+	t.Run("guest connects", func(t *testing.T) {
+		wait := hostServer(t, g, "send_lat", "--oob", "pingpong", "--conn", "UD", "-n", "10", "-s", "512", devAddr)
+		rc, gout := g.start(t, "ibv_ud_pingpong -g 1 -n 10 -s 512 "+hostIP).wait(t, 60*time.Second)
+		out := wait()
+		require.Equal(t, 0, rc, "ibv_ud_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
+	})
+}
+
