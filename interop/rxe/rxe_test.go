@@ -183,4 +183,3 @@ func TestUDPingpong(t *testing.T) {
 		require.Equal(t, 0, rc, "ibv_ud_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
 	})
 }
-
