@@ -117,9 +117,12 @@ func main() {
 	stopTrace := record(cfg.Trace, trace.Start, trace.Stop)
 	var results []*result
 	var err error
-	if cfg.Oob == "pingpong" {
+	switch cfg.Oob {
+	case "pingpong":
 		err = runPingpong(cfg)
-	} else {
+	case "perftest":
+		err = runPerftest(cfg)
+	default:
 		results, err = run(cfg)
 	}
 	stopProfile()
@@ -161,7 +164,7 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.GoBackN, "go-back-n", false, "do not negotiate selective repeat (behave as rdma_rxe)")
 	fs.StringVar(&c.CPUProf, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write a Go execution trace of the run to this file (go tool trace)")
-	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat)")
+	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat), perftest (ib_write_bw, ib_read_bw)")
 	fs.StringVar(&c.Conn, "conn", "RC", "--oob: the QP type, RC or UD (UD: ibv_ud_pingpong)")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
 }
@@ -194,8 +197,10 @@ func (c *config) finish() error {
 		}
 	}
 	switch {
-	case c.Oob != "" && c.Oob != "pingpong":
-		return fmt.Errorf("--oob %q: pingpong", c.Oob)
+	case c.Oob != "" && c.Oob != "pingpong" && c.Oob != "perftest":
+		return fmt.Errorf("--oob %q: pingpong or perftest", c.Oob)
+	case c.Oob == "perftest" && (c.Test != "write_bw" && c.Test != "read_bw" || c.Loopback):
+		return fmt.Errorf("--oob perftest plays ib_write_bw and ib_read_bw: write_bw or read_bw, between two hosts")
 	case c.Oob == "pingpong" && (c.Test != "send_lat" || c.Loopback):
 		return fmt.Errorf("--oob pingpong plays ibv_rc_pingpong and ibv_ud_pingpong: send_lat, between two hosts")
 	case c.Conn != "RC" && c.Conn != "UD":

@@ -183,3 +183,31 @@ func TestUDPingpong(t *testing.T) {
 		require.Equal(t, 0, rc, "ibv_ud_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
 	})
 }
+
+// TestPerftest: ib_write_bw and ib_read_bw in the guest against
+// vroce-perf --oob perftest, each end as server and as client: perftest's
+// TCP exchange, then 8 KiB WRITEs or READs (eight packets each at the
+// 1024-byte MTU; READ responses carry the data back).
+func TestPerftest(t *testing.T) {
+	g := needGuest(t)
+	for _, test := range []string{"write_bw", "read_bw"} {
+		tool := "ib_" + test
+		t.Run(test+" guest serves", func(t *testing.T) {
+			srv := g.start(t, tool+" -x 1 -n 50 -s 8192")
+			g.waitListening(t, 18515)
+			out := hostClient(t, g, test, "--oob", "perftest", "-n", "50", "-s", "8192", devAddr, guestIP)
+			rc, gout := srv.wait(t, 60*time.Second)
+			require.Equal(t, 0, rc, "%s:\n%s\nvroce-perf:\n%s", tool, gout, out)
+			assert.Contains(t, out, "8192       50")
+			t.Logf("%s\n%s", gout, out)
+		})
+		t.Run(test+" guest connects", func(t *testing.T) {
+			wait := hostServer(t, g, test, "--oob", "perftest", "-n", "50", "-s", "8192", devAddr)
+			rc, gout := g.start(t, fmt.Sprintf("%s -x 1 -n 50 -s 8192 %s", tool, hostIP)).wait(t, 60*time.Second)
+			out := wait()
+			require.Equal(t, 0, rc, "%s:\n%s\nvroce-perf:\n%s", tool, gout, out)
+			assert.Contains(t, gout, " 8192       50")
+			t.Logf("%s\n%s", gout, out)
+		})
+	}
+}

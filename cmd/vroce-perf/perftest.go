@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"vroce.dev/vroce"
+)
+
+// --oob perftest: the TCP exchange of perftest's ib_write_bw and
+// ib_read_bw (perftest_communication.c), so that vroce-perf is either end
+// of them against any RoCE peer:
+//
+//	vroce-perf write_bw --oob perftest -s 8192 -n 50 HOST     # as: ib_write_bw -s 8192 -n 50 HOST
+//
+// On TCP port 18515, in lock step (the client writes each message first,
+// the server reads it first): a 16-byte version string; two 4-byte
+// integers (page and cache line sizes); the path MTU's enum as 2 bytes
+// of text; then each end's QP as a 108-byte text record
+// (LID:OUT_READS:QPN:PSN:RKEY:VADDR:GID bytes:SRQN:), three times around
+// the QP's connection; the test; the record again, and five 8-byte
+// report fields (size, iterations, peak and average bandwidth, message
+// rate); the record a last time, and "done\0".
+
+// perftestVersion is the version we say we speak: what perftest 4.5
+// says (its packages' 6.06), which it needs to be at least 5.70.
+const perftestVersion = "6.06"
+
+const (
+	pfVersionLen = 16
+	pfKeysLen    = 108
+	pfDone       = "done\x00"
+	pfPageSize   = 4096
+	pfCacheLine  = 64
+)
+
+// pfKeys is one QP's record.
+type pfKeys struct {
+	lid      uint16
+	outReads uint16
+	qpn, psn uint32
+	rkey     uint32
+	vaddr    uint64
+	gid      [16]byte
+	srqn     uint32
+}
+
+var errPFKeys = errors.New("perftest: malformed QP record")
+
+func (k *pfKeys) marshal() []byte {
+	b := fmt.Appendf(nil, "%04x:%04x:%06x:%06x:%08x:%016x:", k.lid, k.outReads, k.qpn, k.psn, k.rkey, k.vaddr)
+	for _, g := range k.gid {
+		b = fmt.Appendf(b, "%02x:", g)
+	}
+	b = fmt.Appendf(b, "%08x:", k.srqn)
+	return append(b, make([]byte, pfKeysLen-len(b))...)
+}
+
+// parsePFKeys reads a record from the network: 23 colon-ended hex
+// fields, then NULs.
+func parsePFKeys(b []byte) (pfKeys, error) {
+	var k pfKeys
+	if len(b) != pfKeysLen {
+		return k, fmt.Errorf("%w: %d bytes", errPFKeys, len(b))
+	}
+	text, _, _ := strings.Cut(string(b), "\x00")
+	f := strings.Split(text, ":")
+	widths := []int{4, 4, 6, 6, 8, 16}
+	if len(f) != 24 || f[23] != "" {
+		return k, fmt.Errorf("%w: %q", errPFKeys, text)
+	}
+	vals := make([]uint64, 23)
+	for i := range 23 {
+		w := 2
+		switch {
+		case i < len(widths):
+			w = widths[i]
+		case i == 22:
+			w = 8
+		}
+		v, err := strconv.ParseUint(f[i], 16, 64)
+		if err != nil || len(f[i]) != w {
+			return k, fmt.Errorf("%w: field %d %q", errPFKeys, i, f[i])
+		}
+		vals[i] = v
+	}
+	if vals[2] > 0xffffff || vals[3] > 0xffffff {
+		return k, fmt.Errorf("%w: QPN %#x, PSN %#x beyond 24 bits", errPFKeys, vals[2], vals[3])
+	}
+	k.lid, k.outReads = uint16(vals[0]), uint16(vals[1])
+	k.qpn, k.psn, k.rkey, k.vaddr = uint32(vals[2]), uint32(vals[3]), uint32(vals[4]), vals[5]
+	for i := range k.gid {
+		k.gid[i] = byte(vals[6+i])
+	}
+	k.srqn = uint32(vals[22])
+	return k, nil
+}
+
+// pfConn is the lock-stepped TCP exchange.
+type pfConn struct {
+	c      net.Conn
+	client bool
+}
+
+// xchg sends mine and receives the peer's message of n bytes, in the
+// order the two roles keep.
+func (p *pfConn) xchg(mine []byte, n int) ([]byte, error) {
+	theirs := make([]byte, n)
+	if p.client {
+		if _, err := p.c.Write(mine); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := io.ReadFull(p.c, theirs); err != nil {
+		return nil, fmt.Errorf("perftest exchange: %w", err)
+	}
+	if !p.client {
+		if _, err := p.c.Write(mine); err != nil {
+			return nil, err
+		}
+	}
+	return theirs, nil
+}
+
+// keys trades QP records.
+func (p *pfConn) keys(mine *pfKeys) (pfKeys, error) {
+	b, err := p.xchg(mine.marshal(), pfKeysLen)
+	if err != nil {
+		return pfKeys{}, err
+	}
+	return parsePFKeys(b)
+}
+
+// preamble trades versions, system data and path MTUs, and returns the
+// MTU both ends use.
+func (p *pfConn) preamble(mtu vroce.MTU) (vroce.MTU, error) {
+	v := make([]byte, pfVersionLen)
+	copy(v, perftestVersion)
+	theirs, err := p.xchg(v, pfVersionLen)
+	if err != nil {
+		return 0, err
+	}
+	rv, _, _ := strings.Cut(string(theirs), "\x00")
+	if f, err := strconv.ParseFloat(rv, 64); err != nil || f < 5.70 {
+		return 0, fmt.Errorf("perftest: the peer speaks version %q; this exchange is perftest's from 5.70 on", rv)
+	}
+	for _, x := range []uint32{pfPageSize, pfCacheLine} {
+		if _, err := p.xchg(binary.BigEndian.AppendUint32(nil, x), 4); err != nil {
+			return 0, err
+		}
+	}
+	code := ibMTUEnum(mtu)
+	b, err := p.xchg([]byte{byte('0' + code), 0}, 2)
+	if err != nil {
+		return 0, err
+	}
+	if r := int(b[0] - '0'); r >= 1 && r <= 5 && r < code {
+		code = r
+	}
+	return vroce.MTU(128 << code), nil
+}
+
+// ibMTUEnum is enum ibv_mtu: 1 for 256 up to 5 for 4096.
+func ibMTUEnum(m vroce.MTU) int {
+	c := 1
+	for v := vroce.MTU256; v < min(m, vroce.MTU4096); v *= 2 {
+		c++
+	}
+	return c
+}
+
+// reports trades the five report fields: byte counts as 64-bit integers,
+// rates as doubles, all big-endian.
+func (p *pfConn) reports(size, iters int, peak, avg, rate float64) error {
+	for _, v := range []uint64{uint64(size), uint64(iters), math.Float64bits(peak), math.Float64bits(avg), math.Float64bits(rate)} {
+		if _, err := p.xchg(binary.BigEndian.AppendUint64(nil, v), 8); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runPerftest runs one end of ib_write_bw or ib_read_bw.
+func runPerftest(cfg *config) error {
+	var c net.Conn
+	var err error
+	if cfg.Server == "" {
+		ln, lerr := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.Port)))
+		if lerr != nil {
+			return lerr
+		}
+		fmt.Fprintf(os.Stderr, "vroce-perf: perftest %s server waiting on TCP port %d\n", cfg.Test, cfg.Port)
+		c, err = ln.Accept()
+		ln.Close()
+	} else {
+		c, err = net.DialTimeout("tcp", net.JoinHostPort(cfg.Server, strconv.Itoa(cfg.Port)), 30*time.Second)
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Duration(cfg.Iters)*time.Second + 60*time.Second))
+	p := &pfConn{c: c, client: cfg.Server != ""}
+	local := controlIP(c)
+	addr := cfg.DevAddr
+	if addr == "" {
+		addr = netip.AddrPortFrom(local, 4791).String()
+	}
+	dev, err := vroce.Open(vroce.Config{Provider: cfg.Provider, Addr: addr, ProviderOptions: cfg.providerOptions()})
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	mtu := vroce.MTU(cfg.MTU)
+	if mtu == 0 {
+		mtu = min(dev.Attr().ActiveMTU, vroce.MTU4096)
+	}
+	if mtu, err = p.preamble(mtu); err != nil {
+		return err
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	depth := cfg.TxDepth
+	cq, err := dev.CreateCQ(2*depth + 8)
+	if err != nil {
+		return err
+	}
+	// The peer's writes and reads cycle through twice a page or message
+	// of ours, as perftest's own buffers do.
+	buf := make([]byte, 2*max(cfg.Size, pfPageSize))
+	for i := range buf {
+		buf[i] = byte(i*7 + 1)
+	}
+	mr, err := pd.RegMR(buf, vroce.AccessLocalWrite|vroce.AccessRemoteWrite|vroce.AccessRemoteRead)
+	if err != nil {
+		return err
+	}
+	qp, err := pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq,
+		Cap: vroce.QPCap{MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return err
+	}
+	outReads := min(16, dev.Attr().MaxQPRdAtom)
+	src := dev.LocalAddr().Addr().Unmap()
+	if src.IsUnspecified() {
+		src = local
+	}
+	mine := pfKeys{outReads: uint16(outReads), qpn: qp.QPN(), psn: uint32(time.Now().UnixNano()) & 0xffffff,
+		rkey: mr.RKey(), vaddr: mr.Addr(), gid: src.As16()}
+	peer, err := p.keys(&mine)
+	if err != nil {
+		return err
+	}
+	if err := pfConnect(qp, &mine, &peer, mtu, dev.Attr().MaxQPRdAtom); err != nil {
+		return err
+	}
+	for range 2 { // after the connection, and after RTR
+		if _, err := p.keys(&mine); err != nil {
+			return err
+		}
+	}
+	var peak, avg, rate float64
+	if p.client {
+		start := time.Now()
+		if err := pfRun(cfg, qp, cq, mr, &peer); err != nil {
+			return err
+		}
+		secs := time.Since(start).Seconds()
+		avg = float64(cfg.Size) * float64(cfg.Iters) / secs / (1 << 20)
+		peak, rate = avg, float64(cfg.Iters)/secs/1e6
+	}
+	if _, err := p.keys(&mine); err != nil { // the client is done
+		return err
+	}
+	if err := p.reports(cfg.Size, cfg.Iters, peak, avg, rate); err != nil {
+		return err
+	}
+	if _, err := p.keys(&mine); err != nil {
+		return err
+	}
+	if _, err := c.Write([]byte(pfDone)); err != nil {
+		return err
+	}
+	if p.client {
+		fmt.Printf(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
+		fmt.Printf(" %-10d %-14d %-18.2f %-20.2f %.6f\n", cfg.Size, cfg.Iters, peak, avg, rate)
+	}
+	s := qp.Stats()
+	fmt.Printf("peer %v QPN %#x: %d packets sent, %d received, %d retransmitted, %d timeouts\n",
+		netip.AddrFrom16(peer.gid).Unmap(), peer.qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts)
+	return nil
+}
+
+// pfConnect moves the QP to RTS as perftest's ctx_connect does.
+func pfConnect(qp *vroce.QP, mine, peer *pfKeys, mtu vroce.MTU, maxRd int) error {
+	dest := netip.AddrPortFrom(netip.AddrFrom16(peer.gid).Unmap(), 4791)
+	steps := []struct {
+		a vroce.QPAttr
+		m vroce.QPAttrMask
+	}{
+		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: vroce.AccessRemoteWrite | vroce.AccessRemoteRead}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
+		{vroce.QPAttr{State: vroce.QPSRTR, Dest: dest, PathMTU: mtu, DestQPN: peer.qpn, RQPSN: peer.psn, MaxDestRdAtomic: int(mine.outReads), MinRNRTimer: 12},
+			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer},
+		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: mine.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: min(max(int(peer.outReads), 1), maxRd)},
+			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
+	}
+	for _, s := range steps {
+		if err := qp.Modify(&s.a, s.m); err != nil {
+			return fmt.Errorf("perftest: connect to %v: %w", dest, err)
+		}
+	}
+	return nil
+}
+
+// pfRun posts the client's WRITEs or READs, tx-depth at a time, all to
+// the start of the peer's buffer.
+func pfRun(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys) error {
+	op := vroce.WRRDMAWrite
+	if cfg.Test == "read_bw" {
+		op = vroce.WRRDMARead
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Iters)*time.Second+30*time.Second)
+	defer cancel()
+	wcs := make([]vroce.WorkCompletion, 64)
+	posted, done := 0, 0
+	for done < cfg.Iters {
+		for posted < cfg.Iters && posted-done < cfg.TxDepth {
+			err := qp.PostSend(vroce.SendWR{ID: uint64(posted), Opcode: op, Flags: vroce.SendSignaled,
+				SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peer.vaddr, RKey: peer.rkey})
+			if err != nil {
+				return err
+			}
+			posted++
+		}
+		n, err := cq.PollWait(ctx, wcs)
+		if err != nil {
+			return fmt.Errorf("perftest: %d of %d done: %w (QP %v, %+v)", done, cfg.Iters, err, qp.State(), qp.Stats())
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != vroce.WCSuccess {
+				return fmt.Errorf("perftest: %v %d failed: %v", wc.Opcode, wc.ID, wc.Status)
+			}
+			done++
+		}
+	}
+	return nil
+}
