@@ -29,7 +29,7 @@ import (
 var tests = map[string]bool{
 	"send_bw": true, "write_bw": true, "read_bw": true,
 	"send_lat": true, "write_lat": true, "read_lat": true, "atomic_lat": true,
-	"conn_rate": true, "stream_bw": true, "stream_lat": true,
+	"conn_rate": true, "stream_bw": true, "stream_lat": true, "rping": true,
 }
 
 // config is a run's parameters; the client sends it to the server.
@@ -77,7 +77,11 @@ func usage(w io.Writer) {
 
 TEST is one of send_bw, write_bw, read_bw, send_lat, write_lat, read_lat,
 atomic_lat; conn_rate (connections per second and memory per idle QP);
-stream_bw and stream_lat (rsock streams, the net.Conn layer).
+stream_bw and stream_lat (rsock streams, the net.Conn layer); rping
+(librdmacm's rping over RDMA_CM, against any RoCE peer).
+With --oob, the end of another tool: --oob pingpong with send_lat is
+ibv_rc_pingpong (--conn UD: ibv_ud_pingpong), --oob perftest with
+write_bw or read_bw is ib_write_bw or ib_read_bw.
 Without SERVER the command waits for a client; with it, it connects; with
 --loopback both ends run in this process.
 
@@ -122,6 +126,12 @@ func main() {
 		err = runPingpong(cfg)
 	case "perftest":
 		err = runPerftest(cfg)
+	case "":
+		if cfg.Test == "rping" {
+			err = runRping(cfg)
+			break
+		}
+		fallthrough
 	default:
 		results, err = run(cfg)
 	}
@@ -156,7 +166,7 @@ func defineFlags(c *config) {
 	fs.StringVar(&c.Compare, "compare", "", "run the same workload over another transport too: tcp")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object per result")
 	fs.BoolVar(&c.Loopback, "loopback", false, "run server and client in this process")
-	fs.IntVar(&c.Port, "port", 18515, "TCP control port")
+	fs.IntVar(&c.Port, "port", 0, "TCP control port (default 18515); rping: the rdma_cm service port (default 7174)")
 	fs.Float64Var(&c.Loss, "loss", 0, "sim provider: fraction of packets lost (0.01 is 1%)")
 	fs.Float64Var(&c.Reorder, "reorder", 0, "sim provider: fraction of packets reordered")
 	fs.Float64Var(&c.Dup, "dup", 0, "sim provider: fraction of packets duplicated")
@@ -182,6 +192,8 @@ func (c *config) finish() error {
 			c.Size = 2048 // ibv_ud_pingpong's default
 		case c.Oob == "pingpong":
 			c.Size = 4096 // ibv_rc_pingpong's
+		case c.Test == "rping":
+			c.Size = 64 // rping's
 		case c.Test == "atomic_lat":
 			c.Size = 8
 		case c.isLat():
@@ -195,6 +207,15 @@ func (c *config) finish() error {
 		if c.isLat() {
 			c.Iters = 1000
 		}
+		if c.Test == "rping" {
+			c.Iters = 10
+		}
+	}
+	if c.Port == 0 {
+		c.Port = 18515
+		if c.Test == "rping" {
+			c.Port = rpingPort
+		}
 	}
 	switch {
 	case c.Oob != "" && c.Oob != "pingpong" && c.Oob != "perftest":
@@ -203,6 +224,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("--oob perftest plays ib_write_bw and ib_read_bw: write_bw or read_bw, between two hosts")
 	case c.Oob == "pingpong" && (c.Test != "send_lat" || c.Loopback):
 		return fmt.Errorf("--oob pingpong plays ibv_rc_pingpong and ibv_ud_pingpong: send_lat, between two hosts")
+	case c.Test == "rping" && (c.Loopback || c.Oob != "" || c.Size < 16):
+		return fmt.Errorf("rping speaks librdmacm's rping over RDMA_CM, between two hosts, with at least 16 bytes")
 	case c.Conn != "RC" && c.Conn != "UD":
 		return fmt.Errorf("--conn %q: RC or UD", c.Conn)
 	case c.Conn == "UD" && c.Oob == "":

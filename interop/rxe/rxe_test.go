@@ -79,7 +79,7 @@ func hostServer(t *testing.T, g *guest, args ...string) (wait func() string) {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			fmt.Fprintln(&errOut, sc.Text())
-			if strings.Contains(sc.Text(), "waiting on TCP port") {
+			if strings.Contains(sc.Text(), "server waiting on") {
 				close(listening)
 			}
 		}
@@ -210,4 +210,29 @@ func TestPerftest(t *testing.T) {
 			t.Logf("%s\n%s", gout, out)
 		})
 	}
+}
+
+// TestRping: librdmacm's rping in the guest against vroce-perf rping,
+// connected by RDMA_CM (vroce/cm against Linux's CM: REQ, REP, RTU, DREQ,
+// DREP on QP1), each end as server and as client; the client checks
+// every echo (-V), and vroce-perf's server checks what it read.
+func TestRping(t *testing.T) {
+	g := needGuest(t)
+	t.Run("guest serves", func(t *testing.T) {
+		srv := g.start(t, "rping -s -a "+guestIP+" -C 5 -S 64 -V")
+		g.waitListening(t, 0)
+		out := hostClient(t, g, "rping", "-n", "5", "-s", "64", devAddr, guestIP)
+		rc, gout := srv.wait(t, 60*time.Second)
+		require.Equal(t, 0, rc, "rping:\n%s\nvroce-perf:\n%s", gout, out)
+		assert.Contains(t, out, "5 pings of 64 bytes")
+		t.Logf("%s\n%s", gout, out)
+	})
+	t.Run("guest connects", func(t *testing.T) {
+		wait := hostServer(t, g, "rping", "-n", "5", "-s", "64", devAddr)
+		rc, gout := g.start(t, "rping -c -a "+hostIP+" -C 5 -S 64 -V -v").wait(t, 60*time.Second)
+		out := wait()
+		require.Equal(t, 0, rc, "rping:\n%s\nvroce-perf:\n%s", gout, out)
+		assert.Contains(t, gout, "ping data: rdma-ping-4: ")
+		t.Logf("%s\n%s", gout, out)
+	})
 }
