@@ -84,9 +84,9 @@ const (
 	rpStart = 2 * rpingInfoLen
 )
 
-func (e *rpingEnd) buf() []byte        { return e.mr.Bytes() }
-func (e *rpingEnd) start() []byte      { return e.buf()[rpStart : rpStart+e.size] }
-func (e *rpingEnd) echo() []byte       { return e.buf()[rpStart+e.size : rpStart+2*e.size] }
+func (e *rpingEnd) buf() []byte   { return e.mr.Bytes() }
+func (e *rpingEnd) start() []byte { return e.buf()[rpStart : rpStart+e.size] }
+func (e *rpingEnd) echo() []byte  { return e.buf()[rpStart+e.size : rpStart+2*e.size] }
 
 func newRpingEnd(cfg *config) (*rpingEnd, error) {
 	addr := cfg.DevAddr
