@@ -429,7 +429,12 @@ func (qp *QP) sendOwedAck(out *txBatch) {
 	qp.mu.Lock()
 	r := &qp.resp
 	r.ackQueued = false
-	if r.ackPending && qp.state != QPSErr && qp.state != QPSReset {
+	// Owed for requests executed before any move to ERR, whose
+	// completions the application may have acted on already (say, by
+	// disconnecting): the requester must hear of them, or it flushes
+	// work the peer did. A hardware responder's ACK leaves before the
+	// completion is seen.
+	if r.ackPending && qp.state != QPSReset {
 		r.ackPending = false
 		var s wire.SACK
 		if r.dupOwed {

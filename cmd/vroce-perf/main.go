@@ -186,6 +186,9 @@ func (c *config) finish() error {
 	if c.Provider == "" {
 		c.Provider = "udp"
 	}
+	if c.Conn == "" {
+		c.Conn = "RC"
+	}
 	if c.Size == 0 {
 		switch {
 		case c.Oob == "pingpong" && c.Conn == "UD":

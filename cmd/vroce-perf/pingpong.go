@@ -247,10 +247,25 @@ func newPingpong(cfg *config, local netip.Addr) (*pingpong, error) {
 	return p, nil
 }
 
-// connect moves the QP to RTS aimed at peer, with the attributes the
-// tools use: path MTU -m (1024), min RNR timer 12, timeout 14, seven
-// retries, one READ/atomic each way.
+// connect moves the QP to RTS aimed at peer and posts the receives, all
+// before this end's last word of the exchange, as the tools do: a UD
+// datagram that finds no receive is lost.
 func (p *pingpong) connect(peer ppDest) error {
+	if err := p.connectQP(peer); err != nil {
+		return err
+	}
+	for k := range p.rxDepth {
+		if err := p.postRecv(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// connectQP moves the QP to RTS with the attributes the tools use: path
+// MTU -m (1024), min RNR timer 12, timeout 14, seven retries, one
+// READ/atomic each way.
+func (p *pingpong) connectQP(peer ppDest) error {
 	p.peer = peer
 	dest := netip.AddrPortFrom(peer.addr(), 4791)
 	if p.ud {
@@ -319,11 +334,6 @@ func (p *pingpong) postSend() error {
 // send and a receive), until iters sends and iters receives completed;
 // every receive must bring size bytes (and the GRH on UD).
 func (p *pingpong) run() error {
-	for k := range p.rxDepth {
-		if err := p.postRecv(k); err != nil {
-			return err
-		}
-	}
 	const recvPending, sendPending = 1, 2
 	iters := p.cfg.Iters
 	pending, sent, rcvd := recvPending, 0, 0
@@ -376,7 +386,7 @@ func (p *pingpong) report(w io.Writer, took time.Duration) {
 	secs := took.Seconds()
 	fmt.Fprintf(w, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, secs, float64(bytes)*8/secs/1e6)
 	fmt.Fprintf(w, "%d iters in %.2f seconds = %.2f usec/iter\n", p.cfg.Iters, secs, secs*1e6/float64(p.cfg.Iters))
-	s := p.qp.Stats()
-	fmt.Fprintf(w, "peer %v QPN %#x: sent %d packets, received %d, %d retransmitted, %d timeouts, %d wrong source, device %+v\n",
-		p.peer.addr(), p.peer.qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts, s.WrongSource, p.dev.Stats())
+	s, d := p.qp.Stats(), p.dev.Stats()
+	fmt.Fprintf(w, "peer %v QPN %#x: %d packets sent, %d received, %d retransmitted, %d timeouts; refused: %d bad ICRC, %d wrong source\n",
+		p.peer.addr(), p.peer.qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts, d.RxBadICRC, s.WrongSource)
 }

@@ -30,6 +30,7 @@ const (
 	hostIP    = "10.0.0.2"
 	guestMAC  = "52:54:00:12:34:01"
 	hostMAC   = "52:54:00:12:34:02"
+	hostLL    = "fe80::5054:ff:fe12:3402" // the tap's link-local address, from hostMAC
 	guestPort = 7000 // the guest's command port (init)
 	// bootWait bounds the boot under TCG (about 20 s on two cores).
 	bootWait = 240 * time.Second
@@ -104,6 +105,9 @@ func boot(dir string, mtu int) (*guest, error) {
 	}
 	steps := [][]string{
 		{"ip", "netns", "add", g.ns},
+		// The tap's link-local address (from its MAC) is the host's GID
+		// for -g 0: no duplicate detection to wait for on a link of two.
+		{"ip", "netns", "exec", g.ns, "sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0"},
 		{"ip", "-n", g.ns, "link", "set", "lo", "up"},
 		{"ip", "-n", g.ns, "tuntap", "add", "dev", g.tap, "mode", "tap"},
 		{"ip", "-n", g.ns, "link", "set", g.tap, "address", hostMAC, "mtu", strconv.Itoa(mtu)},

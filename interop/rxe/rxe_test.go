@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,62 @@ func TestRCPingpong(t *testing.T) {
 			checkRxe(t, delta(before, g.counters(t)), 10, 10)
 		})
 	}
+}
+
+// TestRCPingpongMTU4096: with both links at MTU 9000, rxe's port takes
+// a 4096-byte path MTU: ibv_rc_pingpong -m 4096 and 8 KiB messages (FIRST
+// and LAST of 4096 bytes each).
+func TestRCPingpongMTU4096(t *testing.T) {
+	g := needGuest(t)
+	setMTU := func(mtu int) {
+		g.sh(t, fmt.Sprintf("ip link set eth0 mtu %d", mtu))
+		if b, err := exec.Command("ip", "-n", g.ns, "link", "set", g.tap, "mtu", fmt.Sprint(mtu)).CombinedOutput(); err != nil {
+			t.Fatalf("tap MTU %d: %v\n%s", mtu, err, b)
+		}
+	}
+	setMTU(9000)
+	t.Cleanup(func() { setMTU(1500) })
+	t.Run("guest serves", func(t *testing.T) {
+		srv := g.start(t, "ibv_rc_pingpong -g 1 -m 4096 -s 8192 -n 5")
+		g.waitListening(t, 18515)
+		out := hostClient(t, g, "send_lat", "--oob", "pingpong", "--mtu", "4096", "-s", "8192", "-n", "5", devAddr, guestIP)
+		rc, gout := srv.wait(t, 60*time.Second)
+		require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
+	})
+	t.Run("guest connects", func(t *testing.T) {
+		wait := hostServer(t, g, "send_lat", "--oob", "pingpong", "--mtu", "4096", "-s", "8192", "-n", "5", devAddr)
+		rc, gout := g.start(t, "ibv_rc_pingpong -g 1 -m 4096 -s 8192 -n 5 "+hostIP).wait(t, 60*time.Second)
+		out := wait()
+		require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
+	})
+}
+
+// TestRCPingpongIPv6: the same over RoCEv2 on IPv6 (-g 0, the link-local
+// GIDs): rxe sends UDP checksum 0, which the udp provider takes
+// (UDP_NO_CHECK6_RX), and IPv6 has no ID for the ICRC to cover.
+func TestRCPingpongIPv6(t *testing.T) {
+	g := needGuest(t)
+	dev6 := "--dev-addr=[" + hostLL + "%" + g.tap + "]:4791"
+	// rxe resolves a GID's link-layer address through the neighbour
+	// table and fails the QP's move to RTR while it is unresolved.
+	g.sh(t, "i=0; until ping6 -c 1 -W 1 "+hostLL+"%eth0 >/dev/null; do i=$((i+1)); [ $i -gt 20 ] && exit 1; sleep 0.2; done")
+	t.Run("guest serves", func(t *testing.T) {
+		before := g.counters(t)
+		srv := g.start(t, "ibv_rc_pingpong -g 0 -n 10")
+		g.waitListening(t, 18515)
+		out := hostClient(t, g, "send_lat", "--oob", "pingpong", "-n", "10", dev6, guestIP)
+		rc, gout := srv.wait(t, 60*time.Second)
+		require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
+		checkRxe(t, delta(before, g.counters(t)), 10, 10)
+	})
+	t.Run("guest connects", func(t *testing.T) {
+		before := g.counters(t)
+		wait := hostServer(t, g, "send_lat", "--oob", "pingpong", "-n", "10", dev6)
+		rc, gout := g.start(t, "ibv_rc_pingpong -g 0 -n 10 "+hostIP).wait(t, 60*time.Second)
+		out := wait()
+		require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
+		checkRxe(t, delta(before, g.counters(t)), 10, 10)
+	})
 }
 
 // TestUDPingpong: ibv_ud_pingpong, whose datagrams rxe sends from a port

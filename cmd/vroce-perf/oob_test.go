@@ -1,0 +1,120 @@
+package main
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPingpongDestIsTheToolsFormat: the address message as
+// ibv_rc_pingpong writes it (from the rxe reference captures), read and
+// written back byte for byte.
+func TestPingpongDestIsTheToolsFormat(t *testing.T) {
+	for _, msg := range []string{
+		"0000:000011:58d135:00000000000000000000ffff0a000002\x00",
+		"0000:000011:eecd4b:fe80000000000000505400fffe123401\x00",
+	} {
+		d, err := parsePPDest([]byte(msg))
+		require.NoError(t, err)
+		assert.Equal(t, uint32(0x11), d.qpn)
+		assert.Equal(t, msg, string(d.marshal()))
+	}
+	d, _ := parsePPDest([]byte("0000:000011:58d135:00000000000000000000ffff0a000002\x00"))
+	assert.Equal(t, "10.0.0.2", d.addr().String())
+	for _, bad := range []string{"", "done\x00", "0000:000011:58d135:00000000000000000000ffff0a00000g\x00", "0000-000011:58d135:00000000000000000000ffff0a000002\x00"} {
+		_, err := parsePPDest([]byte(bad))
+		assert.ErrorIs(t, err, errPPDest, "%q", bad)
+	}
+}
+
+// TestPerftestKeysAreTheToolsFormat: perftest's 108-byte record, as
+// KEY_PRINT_FMT_GID lays it out, read and written back.
+func TestPerftestKeysAreTheToolsFormat(t *testing.T) {
+	msg := "0000:0080:000011:6fd4f2:00000236:000056182f335000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:01:00000000:"
+	b := append([]byte(msg), make([]byte, pfKeysLen-len(msg))...)
+	k, err := parsePFKeys(b)
+	require.NoError(t, err)
+	assert.Equal(t, pfKeys{outReads: 0x80, qpn: 0x11, psn: 0x6fd4f2, rkey: 0x236, vaddr: 0x56182f335000,
+		gid: [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 1}}, k)
+	assert.Equal(t, b, k.marshal())
+	for _, bad := range []string{msg[:50], strings.Replace(msg, "0080", "80", 1), strings.Replace(msg, "6fd4f2", "6fd4fz", 1)} {
+		_, err := parsePFKeys(append([]byte(bad), make([]byte, max(0, pfKeysLen-len(bad)))...))
+		assert.ErrorIs(t, err, errPFKeys, "%q", bad)
+	}
+}
+
+func FuzzParsePingpongDest(f *testing.F) {
+	f.Add([]byte("0000:000011:58d135:00000000000000000000ffff0a000002\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := parsePPDest(b)
+		if err == nil && string(d.marshal()) != strings.ToLower(string(b)) {
+			t.Fatalf("%q parses but writes back as %q", b, d.marshal())
+		}
+	})
+}
+
+func FuzzParsePerftestKeys(f *testing.F) {
+	msg := "0000:0080:000011:6fd4f2:00000236:000056182f335000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:00:00:01:00000000:"
+	f.Add(append([]byte(msg), make([]byte, pfKeysLen-len(msg))...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := parsePFKeys(b)
+		if err != nil {
+			return
+		}
+		again, err := parsePFKeys(k.marshal())
+		if err != nil || again != k {
+			t.Fatalf("%q parses as %+v, which writes back as %q", b, k, k.marshal())
+		}
+	})
+}
+
+// freePort is a TCP port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestOOBBetweenTwoEnds runs both ends of each foreign exchange in this
+// process, over the udp provider on two loopback addresses: vroce-perf
+// against itself (interop/rxe runs them against rdma-core's tools).
+func TestOOBBetweenTwoEnds(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  config
+		run  func(*config) error
+	}{
+		{"rc pingpong", config{Test: "send_lat", Oob: "pingpong", Iters: 20}, runPingpong},
+		{"ud pingpong", config{Test: "send_lat", Oob: "pingpong", Conn: "UD", Size: 512, Iters: 20}, runPingpong},
+		{"perftest write_bw", config{Test: "write_bw", Oob: "perftest", Size: 8192, Iters: 50}, runPerftest},
+		{"perftest read_bw", config{Test: "read_bw", Oob: "perftest", Size: 8192, Iters: 50}, runPerftest},
+		{"rping", config{Test: "rping", Size: 64, Iters: 5}, runRping},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.QPs, c.cfg.TxDepth = 1, 32 // the flags' defaults
+			srv, cli := c.cfg, c.cfg
+			srv.Port = freePort(t)
+			require.NoError(t, srv.finish())
+			cli.Port, cli.Server = srv.Port, "127.0.41.1"
+			require.NoError(t, cli.finish())
+			srv.DevAddr, cli.DevAddr = "127.0.41.1:4791", "127.0.41.2:4791"
+			errc := make(chan error, 1)
+			go func() { errc <- c.run(&srv) }()
+			// The client retries until the server listens.
+			var err error
+			for range 100 {
+				if err = c.run(&cli); err == nil || !strings.Contains(err.Error(), "refused") {
+					break
+				}
+			}
+			assert.NoError(t, err, "client")
+			assert.NoError(t, <-errc, "server")
+		})
+	}
+}
