@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -88,14 +90,36 @@ func guestDir() string {
 	return "/var/tmp/vroce-rxe-guest"
 }
 
+// recipe is a digest of what the guest is built from: a guest built from
+// another version of guest/ is built again.
+func recipe() (string, error) {
+	h := sha256.New()
+	for _, f := range []string{"build.sh", "init", "run-one"} {
+		b, err := os.ReadFile(filepath.Join("guest", f))
+		if err != nil {
+			return "", err
+		}
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
 // boot builds the guest if needed, and vroce-perf, and starts qemu.
 func boot(dir string, mtu int) (*guest, error) {
 	out := guestDir()
-	if _, err := os.Stat(filepath.Join(out, "initramfs.cpio.gz")); err != nil || os.Getenv("VROCE_RXE_REBUILD") != "" {
+	want, err := recipe()
+	if err != nil {
+		return nil, err
+	}
+	stamp := filepath.Join(out, "recipe")
+	if have, err := os.ReadFile(stamp); err != nil || string(have) != want || os.Getenv("VROCE_RXE_REBUILD") != "" {
 		build := exec.Command("bash", "guest/build.sh")
 		build.Env = append(os.Environ(), "OUT="+out)
 		if b, err := build.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("building the guest: %v\n%s", err, b)
+		}
+		if err := os.WriteFile(stamp, []byte(want), 0o644); err != nil {
+			return nil, err
 		}
 	}
 	g := &guest{ns: fmt.Sprintf("vroce-rxe-%d", os.Getpid()), tap: "vrxetap0", dir: dir, console: &lockedBuffer{}}

@@ -12,8 +12,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/var/tmp/vroce-rxe-guest}
 # The kernel: what linux-image-amd64 depends on, unless KVER pins one
 # (any 6.1 amd64 flavour that ships rdma_rxe.ko).
-kver=${KVER:-$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: linux-image-\(6\.1\.[0-9.-]*-amd64\)$/\1/p' | head -1)}
-[ -n "$kver" ] || { echo "build.sh: no linux-image-6.1 amd64 package known to apt (run apt-get update)" >&2; exit 1; }
+latest_kernel() { apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: linux-image-\(6\.1\.[0-9.-]*-amd64\)$/\1/p' | head -1; }
+kver=${KVER:-$(latest_kernel)}
+if [ -z "$kver" ]; then # a machine whose package lists were never fetched
+  apt-get update -qq
+  kver=$(latest_kernel)
+fi
+[ -n "$kver" ] || { echo "build.sh: apt knows no linux-image-6.1 amd64 package" >&2; exit 1; }
 
 packages=(
   "linux-image-$kver"
@@ -22,6 +27,11 @@ packages=(
 )
 tools=(ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong rping ib_send_bw ib_write_bw ib_read_bw ib_send_lat ib_write_lat ib_read_lat rdma)
 modules=(crc32_generic virtio_pci virtio_net rdma_rxe rdma_ucm)
+
+if ldd /bin/busybox >/dev/null 2>&1; then
+  echo "build.sh: /bin/busybox is dynamically linked; the guest needs busybox-static" >&2
+  exit 1
+fi
 
 mkdir -p "$out/debs"
 (cd "$out/debs" && for p in "${packages[@]}"; do
