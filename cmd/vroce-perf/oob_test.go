@@ -93,6 +93,7 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		{"ud pingpong", config{Test: "send_lat", Oob: "pingpong", Conn: "UD", Size: 512, Iters: 20}, runPingpong},
 		{"perftest write_bw", config{Test: "write_bw", Oob: "perftest", Size: 8192, Iters: 50}, runPerftest},
 		{"perftest read_bw", config{Test: "read_bw", Oob: "perftest", Size: 8192, Iters: 50}, runPerftest},
+		{"perftest send_bw", config{Test: "send_bw", Oob: "perftest", Size: 4096, Iters: 700}, runPerftest},
 		{"rping", config{Test: "rping", Size: 64, Iters: 5}, runRping},
 	}
 	for _, c := range cases {

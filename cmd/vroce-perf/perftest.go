@@ -17,9 +17,9 @@ import (
 	"vroce.dev/vroce"
 )
 
-// --oob perftest: the TCP exchange of perftest's ib_write_bw and
-// ib_read_bw (perftest_communication.c), so that vroce-perf is either end
-// of them against any RoCE peer:
+// --oob perftest: the TCP exchange of perftest's ib_write_bw, ib_read_bw
+// and ib_send_bw (perftest_communication.c), so that vroce-perf is either
+// end of them against any RoCE peer:
 //
 //	vroce-perf write_bw --oob perftest -s 8192 -n 50 HOST     # as: ib_write_bw -s 8192 -n 50 HOST
 //
@@ -190,7 +190,7 @@ func (p *pfConn) reports(size, iters int, peak, avg, rate float64) error {
 	return nil
 }
 
-// runPerftest runs one end of ib_write_bw or ib_read_bw.
+// runPerftest runs one end of ib_write_bw, ib_read_bw or ib_send_bw.
 func runPerftest(cfg *config) error {
 	var c net.Conn
 	var err error
@@ -233,7 +233,7 @@ func runPerftest(cfg *config) error {
 		return err
 	}
 	depth := cfg.TxDepth
-	cq, err := dev.CreateCQ(2*depth + 8)
+	cq, err := dev.CreateCQ(2*depth + pfRecvs + 8)
 	if err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func runPerftest(cfg *config) error {
 		return err
 	}
 	qp, err := pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq,
-		Cap: vroce.QPCap{MaxSendWR: depth, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: vroce.QPCap{MaxSendWR: depth, MaxRecvWR: pfRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func runPerftest(cfg *config) error {
 		}
 	}
 	var peak, avg, rate float64
-	if p.client {
+	measure := func() error {
 		start := time.Now()
 		if err := pfRun(cfg, qp, cq, mr, &peer); err != nil {
 			return err
@@ -280,12 +280,34 @@ func runPerftest(cfg *config) error {
 		secs := time.Since(start).Seconds()
 		avg = float64(cfg.Size) * float64(cfg.Iters) / secs / (1 << 20)
 		peak, rate = avg, float64(cfg.Iters)/secs/1e6
+		return nil
 	}
-	if _, err := p.keys(&mine); err != nil { // the client is done
-		return err
-	}
-	if err := p.reports(cfg.Size, cfg.Iters, peak, avg, rate); err != nil {
-		return err
+	if cfg.Test == "send_bw" {
+		// The server posts its receives, both ends sync, the client
+		// sends and the server receives; no reports are traded.
+		if !p.client {
+			if err := pfPostRecvs(qp, mr, cfg); err != nil {
+				return err
+			}
+		}
+		if _, err := p.keys(&mine); err != nil {
+			return err
+		}
+		if err := measure(); err != nil {
+			return err
+		}
+	} else {
+		if p.client {
+			if err := measure(); err != nil {
+				return err
+			}
+		}
+		if _, err := p.keys(&mine); err != nil { // the client is done
+			return err
+		}
+		if err := p.reports(cfg.Size, cfg.Iters, peak, avg, rate); err != nil {
+			return err
+		}
 	}
 	if _, err := p.keys(&mine); err != nil {
 		return err
@@ -293,7 +315,7 @@ func runPerftest(cfg *config) error {
 	if _, err := c.Write([]byte(pfDone)); err != nil {
 		return err
 	}
-	if p.client {
+	if p.client || cfg.Test == "send_bw" {
 		fmt.Printf(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
 		fmt.Printf(" %-10d %-14d %-18.2f %-20.2f %.6f\n", cfg.Size, cfg.Iters, peak, avg, rate)
 	}
@@ -324,19 +346,42 @@ func pfConnect(qp *vroce.QP, mine, peer *pfKeys, mtu vroce.MTU, maxRd int) error
 	return nil
 }
 
-// pfRun posts the client's WRITEs or READs, tx-depth at a time, all to
-// the start of the peer's buffer.
+// pfRecvs is how many receives a send_bw server keeps posted (perftest's
+// rx-depth).
+const pfRecvs = 512
+
+// pfPostRecvs posts a send_bw server's receives, each into the start of
+// its buffer, as perftest does.
+func pfPostRecvs(qp *vroce.QP, mr *vroce.MR, cfg *config) error {
+	for i := range min(cfg.Iters, pfRecvs) {
+		if err := qp.PostRecv(vroce.RecvWR{ID: uint64(i), SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pfRun moves the test's messages: the client's WRITEs, READs or SENDs,
+// tx-depth at a time, all to the start of the peer's buffer; a send_bw
+// server's receives, posted again as they complete while more are due.
 func pfRun(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys) error {
 	op := vroce.WRRDMAWrite
-	if cfg.Test == "read_bw" {
+	switch cfg.Test {
+	case "read_bw":
 		op = vroce.WRRDMARead
+	case "send_bw":
+		op = vroce.WRSend
 	}
+	receiving := cfg.Test == "send_bw" && cfg.Server == ""
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Iters)*time.Second+30*time.Second)
 	defer cancel()
 	wcs := make([]vroce.WorkCompletion, 64)
 	posted, done := 0, 0
+	if receiving {
+		posted = min(cfg.Iters, pfRecvs)
+	}
 	for done < cfg.Iters {
-		for posted < cfg.Iters && posted-done < cfg.TxDepth {
+		for !receiving && posted < cfg.Iters && posted-done < cfg.TxDepth {
 			err := qp.PostSend(vroce.SendWR{ID: uint64(posted), Opcode: op, Flags: vroce.SendSignaled,
 				SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peer.vaddr, RKey: peer.rkey})
 			if err != nil {
@@ -352,7 +397,16 @@ func pfRun(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys) 
 			if wc.Status != vroce.WCSuccess {
 				return fmt.Errorf("perftest: %v %d failed: %v", wc.Opcode, wc.ID, wc.Status)
 			}
+			if receiving && int(wc.ByteLen) != cfg.Size {
+				return fmt.Errorf("perftest: receive %d brought %d bytes, want %d", done, wc.ByteLen, cfg.Size)
+			}
 			done++
+			if receiving && posted < cfg.Iters {
+				if err := qp.PostRecv(vroce.RecvWR{ID: uint64(posted), SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}}); err != nil {
+					return err
+				}
+				posted++
+			}
 		}
 	}
 	return nil

@@ -33,7 +33,7 @@ const (
 	guestMAC  = "52:54:00:12:34:01"
 	hostMAC   = "52:54:00:12:34:02"
 	hostLL    = "fe80::5054:ff:fe12:3402" // the tap's link-local address, from hostMAC
-	guestPort = 7000 // the guest's command port (init)
+	guestPort = 7000                      // the guest's command port (init)
 	// bootWait bounds the boot under TCG (about 20 s on two cores).
 	bootWait = 240 * time.Second
 )
