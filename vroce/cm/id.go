@@ -234,7 +234,7 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 	both := req.vflags & info.vflags
 	peer := Peer{QPN: info.qpn, PSN: rqPSN, Addr: to, MTU: min(req.mtu, info.mtu),
 		SelectiveRepeat: both&vFlagSACK != 0, PiggybackACK: both&vFlagPiggyACK != 0,
-		StrictSourcePort: both&vFlagDevicePort != 0, PrivateData: id.priv}
+		StrictSourcePort: both&vFlagDevicePort != 0, MaxRdAtomic: max(int(info.respRes), 1), PrivateData: id.priv}
 	err := Connect(qp, info.psn, peer, p)
 	o = outbox{}
 	m.mu.Lock()
@@ -418,7 +418,8 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 	// its REP's (see Manager.Connect).
 	rqPSN := uint32(random64()) & 0xffffff
 	peer := Peer{QPN: info.qpn, PSN: rqPSN, Addr: id.peer, MTU: mtu, SelectiveRepeat: vflags&vFlagSACK != 0,
-		PiggybackACK: vflags&vFlagPiggyACK != 0, StrictSourcePort: vflags&vFlagDevicePort != 0, PrivateData: id.priv}
+		PiggybackACK: vflags&vFlagPiggyACK != 0, StrictSourcePort: vflags&vFlagDevicePort != 0,
+		MaxRdAtomic: max(int(info.respRes), 1), PrivateData: id.priv}
 	err := Connect(qp, info.psn, peer, p)
 	var o outbox
 	m.mu.Lock()
@@ -512,7 +513,7 @@ func (p *Params) mtu(dev *vroce.Device) vroce.MTU {
 
 func (p *Params) rdAtomic() uint8 {
 	if p.MaxRdAtomic <= 0 {
-		return 16
+		return 128
 	}
 	return uint8(min(p.MaxRdAtomic, 255))
 }

@@ -50,7 +50,11 @@ type Params struct {
 	RetryCnt    uint8        // 0 means 7
 	RNRRetry    uint8        // 0 means 7 (infinite)
 	MinRNRTimer uint8        // 0 means 1 (10 us)
-	MaxRdAtomic int          // outstanding READ/atomic each way; 0 means 16
+	// MaxRdAtomic is how many READ and atomic requests this end answers
+	// at once and issues at once, at most what the peer answers (an RDMA
+	// CM peer says so); 0 means 128, the device's max_qp_rd_atom, as rxe
+	// offers: our responder keeps nothing per outstanding READ.
+	MaxRdAtomic int
 	GoBackN     bool         // offer no vRoCE extension (selective repeat, piggybacked ACKs): behave as rxe
 	PrivateData []byte       // up to MaxPrivateData bytes for the peer
 	// Advertise is the address the peer sends vRoCE packets to; zero:
@@ -73,6 +77,9 @@ type Peer struct {
 	// StrictSourcePort: the peer sends from Addr's port and said so
 	// (vroce.QPAttr.StrictSourcePort).
 	StrictSourcePort bool
+	// MaxRdAtomic is how many READ and atomic requests the peer answers
+	// at once (its responder resources); 0: as many as we do.
+	MaxRdAtomic int
 	PrivateData      []byte
 }
 
@@ -230,6 +237,10 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 // that learned the peer's details some other way.
 func Connect(qp *vroce.QP, sqPSN uint32, peer Peer, p Params) error {
 	rd := int(p.rdAtomic())
+	issue := rd
+	if peer.MaxRdAtomic > 0 {
+		issue = min(rd, peer.MaxRdAtomic)
+	}
 	steps := []struct {
 		a vroce.QPAttr
 		m vroce.QPAttrMask
@@ -242,7 +253,7 @@ func Connect(qp *vroce.QP, sqPSN uint32, peer Peer, p Params) error {
 				vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat | vroce.QPAttrPiggybackACK |
 				vroce.QPAttrStrictSourcePort},
 		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: sqPSN, Timeout: or(p.Timeout, 14), RetryCnt: or(p.RetryCnt, 7),
-			RNRRetry: or(p.RNRRetry, 7), MaxRdAtomic: rd},
+			RNRRetry: or(p.RNRRetry, 7), MaxRdAtomic: issue},
 			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
 	}
 	for _, s := range steps {
