@@ -55,8 +55,8 @@ type Params struct {
 	// CM peer says so); 0 means 128, the device's max_qp_rd_atom, as rxe
 	// offers: our responder keeps nothing per outstanding READ.
 	MaxRdAtomic int
-	GoBackN     bool         // offer no vRoCE extension (selective repeat, piggybacked ACKs): behave as rxe
-	PrivateData []byte       // up to MaxPrivateData bytes for the peer
+	GoBackN     bool   // offer no vRoCE extension (selective repeat, piggybacked ACKs): behave as rxe
+	PrivateData []byte // up to MaxPrivateData bytes for the peer
 	// Advertise is the address the peer sends vRoCE packets to; zero:
 	// the device's address, or, when it listens on all addresses, the
 	// local address of conn with the device's port.
@@ -80,7 +80,7 @@ type Peer struct {
 	// MaxRdAtomic is how many READ and atomic requests the peer answers
 	// at once (its responder resources); 0: as many as we do.
 	MaxRdAtomic int
-	PrivateData      []byte
+	PrivateData []byte
 }
 
 // hello is one end's exchange message.
