@@ -70,6 +70,9 @@ type config struct {
 	quietProg bool
 }
 
+// perftestTests are the tests --oob perftest speaks for.
+var perftestTests = map[string]bool{"write_bw": true, "read_bw": true, "send_bw": true, "send_lat": true}
+
 func (c *config) isLat() bool { return strings.HasSuffix(c.Test, "_lat") }
 
 func usage(w io.Writer) {
@@ -81,7 +84,8 @@ stream_bw and stream_lat (rsock streams, the net.Conn layer); rping
 (librdmacm's rping over RDMA_CM, against any RoCE peer).
 With --oob, the end of another tool: --oob pingpong with send_lat is
 ibv_rc_pingpong (--conn UD: ibv_ud_pingpong), --oob perftest with
-write_bw, read_bw or send_bw is ib_write_bw, ib_read_bw or ib_send_bw.
+write_bw, read_bw, send_bw or send_lat is ib_write_bw, ib_read_bw,
+ib_send_bw or ib_send_lat.
 Without SERVER the command waits for a client; with it, it connects; with
 --loopback both ends run in this process.
 
@@ -174,7 +178,7 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.GoBackN, "go-back-n", false, "do not negotiate selective repeat (behave as rdma_rxe)")
 	fs.StringVar(&c.CPUProf, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write a Go execution trace of the run to this file (go tool trace)")
-	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat), perftest (ib_write_bw, ib_read_bw, ib_send_bw)")
+	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat), perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_send_lat)")
 	fs.StringVar(&c.Conn, "conn", "RC", "--oob: the QP type, RC or UD (UD: ibv_ud_pingpong)")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
 }
@@ -223,8 +227,8 @@ func (c *config) finish() error {
 	switch {
 	case c.Oob != "" && c.Oob != "pingpong" && c.Oob != "perftest":
 		return fmt.Errorf("--oob %q: pingpong or perftest", c.Oob)
-	case c.Oob == "perftest" && (c.Test != "write_bw" && c.Test != "read_bw" && c.Test != "send_bw" || c.Loopback):
-		return fmt.Errorf("--oob perftest plays ib_write_bw, ib_read_bw and ib_send_bw: write_bw, read_bw or send_bw, between two hosts")
+	case c.Oob == "perftest" && (!perftestTests[c.Test] || c.Loopback):
+		return fmt.Errorf("--oob perftest plays ib_write_bw, ib_read_bw, ib_send_bw and ib_send_lat: write_bw, read_bw, send_bw or send_lat, between two hosts")
 	case c.Oob == "pingpong" && (c.Test != "send_lat" || c.Loopback):
 		return fmt.Errorf("--oob pingpong plays ibv_rc_pingpong and ibv_ud_pingpong: send_lat, between two hosts")
 	case c.Test == "rping" && (c.Loopback || c.Oob != "" || c.Size < 16):

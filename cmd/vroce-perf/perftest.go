@@ -17,9 +17,9 @@ import (
 	"vroce.dev/vroce"
 )
 
-// --oob perftest: the TCP exchange of perftest's ib_write_bw, ib_read_bw
-// and ib_send_bw (perftest_communication.c), so that vroce-perf is either
-// end of them against any RoCE peer:
+// --oob perftest: the TCP exchange of perftest's ib_write_bw, ib_read_bw,
+// ib_send_bw and ib_send_lat (perftest_communication.c), so that
+// vroce-perf is either end of them against any RoCE peer:
 //
 //	vroce-perf write_bw --oob perftest -s 8192 -n 50 HOST     # as: ib_write_bw -s 8192 -n 50 HOST
 //
@@ -190,7 +190,8 @@ func (p *pfConn) reports(size, iters int, peak, avg, rate float64) error {
 	return nil
 }
 
-// runPerftest runs one end of ib_write_bw, ib_read_bw or ib_send_bw.
+// runPerftest runs one end of ib_write_bw, ib_read_bw, ib_send_bw or
+// ib_send_lat.
 func runPerftest(cfg *config) error {
 	var c net.Conn
 	var err error
@@ -282,7 +283,23 @@ func runPerftest(cfg *config) error {
 		peak, rate = avg, float64(cfg.Iters)/secs/1e6
 		return nil
 	}
-	if cfg.Test == "send_bw" {
+	if cfg.Test == "send_lat" {
+		// Both ends post a receive, sync, and play ping-pong, the
+		// client first (perftest's run_iter_lat_send).
+		pp := &pingpong{cfg: cfg, qp: qp, cq: cq, mr: mr, rxDepth: 1, slot: cfg.Size}
+		if err := pp.postRecv(0); err != nil {
+			return err
+		}
+		if _, err := p.keys(&mine); err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := pp.run(); err != nil {
+			return err
+		}
+		pp.peer = ppDest{qpn: peer.qpn, gid: peer.gid}
+		pp.report(os.Stdout, time.Since(start))
+	} else if cfg.Test == "send_bw" {
 		// The server posts its receives, both ends sync, the client
 		// sends and the server receives; no reports are traded.
 		if !p.client {
@@ -314,6 +331,9 @@ func runPerftest(cfg *config) error {
 	}
 	if _, err := c.Write([]byte(pfDone)); err != nil {
 		return err
+	}
+	if cfg.Test == "send_lat" {
+		return nil // the ping-pong reported
 	}
 	if p.client || cfg.Test == "send_bw" {
 		fmt.Printf(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")

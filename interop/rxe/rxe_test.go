@@ -267,6 +267,26 @@ func TestPerftest(t *testing.T) {
 	}
 }
 
+// TestPerftestSendLat: ib_send_lat's ping-pong of padded 13-byte SENDs.
+func TestPerftestSendLat(t *testing.T) {
+	g := needGuest(t)
+	t.Run("guest serves", func(t *testing.T) {
+		srv := g.start(t, "ib_send_lat -x 1 -n 20 -s 13")
+		g.waitListening(t, 18515)
+		out := hostClient(t, g, "send_lat", "--oob", "perftest", "-n", "20", "-s", "13", devAddr, guestIP)
+		rc, gout := srv.wait(t, 60*time.Second)
+		require.Equal(t, 0, rc, "ib_send_lat:\n%s\nvroce-perf:\n%s", gout, out)
+		assert.Contains(t, out, "20 iters in")
+	})
+	t.Run("guest connects", func(t *testing.T) {
+		wait := hostServer(t, g, "send_lat", "--oob", "perftest", "-n", "20", "-s", "13", devAddr)
+		rc, gout := g.start(t, "ib_send_lat -x 1 -n 20 -s 13 "+hostIP).wait(t, 60*time.Second)
+		out := wait()
+		require.Equal(t, 0, rc, "ib_send_lat:\n%s\nvroce-perf:\n%s", gout, out)
+		assert.Contains(t, gout, " 13 ")
+	})
+}
+
 // TestRping: librdmacm's rping in the guest against vroce-perf rping,
 // connected by RDMA_CM (vroce/cm against Linux's CM: REQ, REP, RTU, DREQ,
 // DREP on QP1), each end as server and as client; the client checks
