@@ -286,7 +286,7 @@ func runPerftest(cfg *config) error {
 	if cfg.Test == "send_lat" {
 		// Both ends post a receive, sync, and play ping-pong, the
 		// client first (perftest's run_iter_lat_send).
-		pp := &pingpong{cfg: cfg, qp: qp, cq: cq, mr: mr, rxDepth: 1, slot: cfg.Size}
+		pp := &pingpong{cfg: cfg, dev: dev, qp: qp, cq: cq, mr: mr, rxDepth: 1, slot: cfg.Size}
 		if err := pp.postRecv(0); err != nil {
 			return err
 		}
