@@ -656,8 +656,9 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 // completer), then sends what the window now allows.
 func (r *requester) onResponse(qp *QP, p *wire.Packet) {
 	psn := p.BTH.PSN
-	if psnDiff(psn, r.sndMax) >= 0 || psnDiff(psn, psnAdd(r.sndUna, -maxWindow)) < 0 {
-		return // acknowledges nothing in flight
+	if !r.names(p) {
+		qp.stats.ForgedResponses++
+		return
 	}
 	now := qp.dev.now()
 	una, lost := r.sndUna, r.lostCount
@@ -685,6 +686,25 @@ func (r *requester) onResponse(qp *QP, p *wire.Packet) {
 		qp.kickAt(now) // the window moved or a retransmission is due
 	}
 	qp.checkDrained()
+}
+
+// names reports whether a response speaks of a request this QP sent, as
+// rxe's completer checks (check_psn): a NAK, an RNR NAK, a READ response
+// or an atomic ACK names a PSN in flight (a READ response or atomic ACK,
+// one of a READ or atomic); an ACK one in flight or the last delivered (a
+// duplicate ACK, which may carry SACK and D-SACK blocks). Anything else
+// is stale, or forged: a NAK for a request never sent, or long since
+// acknowledged, failed the head work request or stalled the send queue.
+func (r *requester) names(p *wire.Packet) bool {
+	psn := p.BTH.PSN
+	switch op := p.BTH.Opcode; {
+	case op == wire.RCAcknowledge && p.AETH.Syndrome.Kind() == wire.SyndromeACK:
+		return r.tracked(psn) || psn == psnAdd(r.sndUna, -1)
+	case op == wire.RCAcknowledge:
+		return r.tracked(psn)
+	default: // READ responses, atomic ACKs
+		return r.tracked(psn) && r.pkt(psn).read
+	}
 }
 
 func (r *requester) onAck(qp *QP, p *wire.Packet, now int64) {

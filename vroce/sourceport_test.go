@@ -27,11 +27,18 @@ type rxeLike struct {
 // over an IPv4 header that carries id.
 func (r *rxeLike) sendOnly(src netip.AddrPort, qp *vroce.QP, psn uint32, id uint16, payload []byte) {
 	r.t.Helper()
+	r.send(src, qp, id, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PSN: psn, AckReq: true}, Payload: payload})
+}
+
+// send sends p to qp from src, sealed over an IPv4 header that carries
+// id; it fills in the P_Key and the destination QP.
+func (r *rxeLike) send(src netip.AddrPort, qp *vroce.QP, id uint16, p *wire.Packet) {
+	r.t.Helper()
 	ep, err := r.network.Attach(src)
 	require.NoError(r.t, err)
 	defer ep.Close()
-	p := wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: qp.QPN(), PSN: psn, AckReq: true}, Payload: payload}
-	b := make([]byte, wire.Len(wire.RCSendOnly, len(payload)))
+	p.BTH.PKey, p.BTH.DestQP = wire.DefaultPKey, qp.QPN()
+	b := make([]byte, wire.Len(p.BTH.Opcode, len(p.Payload)))
 	_, err = p.Encode(b)
 	require.NoError(r.t, err)
 	var hs [wire.MaxHeaderSpace]byte

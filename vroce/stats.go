@@ -73,6 +73,7 @@ func (s *QPStats) add(q QPStats) {
 	s.FastRetransmits += q.FastRetransmits
 	s.TailProbes += q.TailProbes
 	s.SpuriousTimeouts += q.SpuriousTimeouts
+	s.ForgedResponses += q.ForgedResponses
 	s.CWnd = max(s.CWnd, q.CWnd)
 	s.SRTT = max(s.SRTT, q.SRTT)
 	if s.MinRTT == 0 || (q.MinRTT != 0 && q.MinRTT < s.MinRTT) {
@@ -103,6 +104,7 @@ type QPStats struct {
 	FastRetransmits  uint64 // loss episodes found from SACKs, before any timeout
 	TailProbes       uint64 // tail-loss probes sent
 	SpuriousTimeouts uint64 // timeouts undone: the original packets had arrived
+	ForgedResponses  uint64 // dropped: a response (ACK, NAK, READ response, atomic ACK) naming no request in flight
 
 	CWnd   int           // congestion window, packets
 	SRTT   time.Duration // smoothed RTT

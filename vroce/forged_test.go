@@ -1,0 +1,134 @@
+package vroce_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vroce.dev/providers/sim"
+	"vroce.dev/vroce"
+	"vroce.dev/vroce/wire"
+)
+
+// fakePeer is the far end of a QP, played by hand on the sim network: it
+// reads the QP's requests at the peer's device address and answers from a
+// port of its own choosing, as any RoCEv2 peer may.
+type fakePeer struct {
+	*rxeLike
+	ep *sim.Endpoint
+	qp *vroce.QP
+	cq *vroce.CQ
+	mr *vroce.MR
+}
+
+var (
+	fakeDevice = netip.MustParseAddrPort("10.0.0.1:4791")
+	fakeSource = netip.MustParseAddrPort("10.0.0.1:49441")
+)
+
+func newFakePeer(t *testing.T) *fakePeer {
+	t.Helper()
+	network := sim.NewNetwork(sim.Config{})
+	t.Cleanup(network.Close)
+	ep, err := network.Attach(fakeDevice)
+	require.NoError(t, err)
+	t.Cleanup(func() { ep.Close() })
+	qp, cq, mr := rcQPTo(t, network, fakeDevice, false)
+	return &fakePeer{rxeLike: &rxeLike{t: t, network: network}, ep: ep, qp: qp, cq: cq, mr: mr}
+}
+
+// request reads the next request the QP sent.
+func (f *fakePeer) request() wire.Packet {
+	f.t.Helper()
+	pkts := []vroce.Packet{{Data: make([]byte, vroce.MaxPacketSize)}}
+	n, err := f.ep.Recv(pkts)
+	require.NoError(f.t, err)
+	require.Equal(f.t, 1, n)
+	var p wire.Packet
+	require.NoError(f.t, wire.Parse(&p, pkts[0].Data))
+	return p
+}
+
+// answer sends an RC_ACKNOWLEDGE with syndrome syn for psn.
+func (f *fakePeer) answer(psn uint32, syn wire.Syndrome) {
+	f.t.Helper()
+	f.send(fakeSource, f.qp, 0x2a, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psn}, AETH: wire.AETH{Syndrome: syn, MSN: 1}})
+}
+
+// postSend posts a signaled 64-byte SEND and returns the request's PSN as
+// the peer saw it.
+func (f *fakePeer) postSend() uint32 {
+	f.t.Helper()
+	require.NoError(f.t, f.qp.PostSend(vroce.SendWR{ID: 9, Opcode: vroce.WRSend, Flags: vroce.SendSignaled, SGL: []vroce.SGE{f.mr.SGE(0, 64)}}))
+	return f.request().BTH.PSN
+}
+
+// completion waits for the next send completion.
+func (f *fakePeer) completion() vroce.WorkCompletion {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]vroce.WorkCompletion, 1)
+	_, err := f.cq.PollWait(ctx, wc)
+	require.NoError(f.t, err)
+	return wc[0]
+}
+
+// TestForgedResponsesAreDropped: a response must name a request in flight
+// (rxe's check_psn). A NAK, an RNR NAK or a sequence NAK for a PSN never
+// sent, or long acknowledged, is counted and dropped: the QP stays in RTS,
+// nothing is resent or stalled. The positive control: the same response
+// naming the request in flight acts.
+func TestForgedResponsesAreDropped(t *testing.T) {
+	cases := []struct {
+		name    string
+		syn     wire.Syndrome
+		control func(t *testing.T, f *fakePeer, psn uint32)
+	}{
+		{"remote access NAK", wire.NAK(wire.NAKRemoteAccessError), func(t *testing.T, f *fakePeer, psn uint32) {
+			f.answer(psn, wire.NAK(wire.NAKRemoteAccessError))
+			assert.Equal(t, vroce.WCRemAccessErr, f.completion().Status)
+			assert.Equal(t, vroce.QPSErr, f.qp.State())
+		}},
+		{"invalid request NAK", wire.NAK(wire.NAKInvalidRequest), func(t *testing.T, f *fakePeer, psn uint32) {
+			f.answer(psn, wire.NAK(wire.NAKInvalidRequest))
+			assert.Equal(t, vroce.WCRemInvReqErr, f.completion().Status)
+		}},
+		{"RNR NAK", wire.RNRNAK(20), func(t *testing.T, f *fakePeer, psn uint32) {
+			f.answer(psn, wire.RNRNAK(1)) // 10 us
+			require.Equal(t, psn, f.request().BTH.PSN, "the refused request again, after the RNR wait")
+			f.answer(psn, wire.AckSyndromeNoCredits)
+			assert.Equal(t, vroce.WCSuccess, f.completion().Status)
+			assert.Equal(t, uint64(1), f.qp.Stats().RNRNAKsRecv)
+		}},
+		{"sequence NAK", wire.NAK(wire.NAKPSNSequenceError), func(t *testing.T, f *fakePeer, psn uint32) {
+			f.answer(psn, wire.NAK(wire.NAKPSNSequenceError))
+			require.Equal(t, psn, f.request().BTH.PSN, "resent from the NAKed PSN")
+			f.answer(psn, wire.AckSyndromeNoCredits)
+			assert.Equal(t, vroce.WCSuccess, f.completion().Status)
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakePeer(t)
+			f.answer(50, c.syn) // an idle QP: nothing is in flight
+			psn := f.postSend()
+			for _, forged := range []uint32{psn - 1, psn - 600, psn + 1, psn + 5000} {
+				f.answer(forged&0xffffff, c.syn)
+			}
+			c.control(t, f, psn)
+			s := f.qp.Stats()
+			assert.Equal(t, uint64(5), s.ForgedResponses, "responses dropped as naming nothing in flight")
+			if c.name != "RNR NAK" {
+				assert.Zero(t, s.RNRNAKsRecv)
+			}
+			if c.name != "sequence NAK" && c.name != "RNR NAK" {
+				assert.Zero(t, s.Retransmits)
+			}
+		})
+	}
+}
