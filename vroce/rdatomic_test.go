@@ -31,6 +31,7 @@ type readTap struct {
 	asked       bool   // any request sent yet
 	high        uint32 // the highest PSN any request asked for
 	open        []uint32
+	again       int // requests asking again
 	requests    int
 	outstanding int
 	most        int
@@ -50,7 +51,8 @@ func (t *readTap) Send(pkts []vroce.Packet) error {
 		last := (p.BTH.PSN + uint32(n) - 1) & 0xffffff
 		t.requests++
 		if t.asked && !after(p.BTH.PSN, t.high) {
-			continue // asks again
+			t.again++
+			continue
 		}
 		t.asked, t.high = true, last
 		t.open = append(t.open, last)
@@ -116,6 +118,10 @@ func TestReadRequestsInFlightStayWithinMaxRdAtomic(t *testing.T) {
 	tap.mu.Lock()
 	defer tap.mu.Unlock()
 	assert.Greater(t, tap.requests, reads, "each READ went as one request: the test shows nothing")
-	assert.LessOrEqual(t, tap.most, maxRd, "READ requests outstanding at once (of %d sent)", tap.requests)
-	t.Logf("%d READ requests, at most %d outstanding", tap.requests, tap.most)
+	// A request asked again was presumed lost by the requester, which
+	// then no longer counts it, while its responses may still be on the
+	// way: each may let one more new request out meanwhile. With none
+	// (the usual run), the bound is max_rd_atomic exactly.
+	assert.LessOrEqual(t, tap.most, maxRd+tap.again, "READ requests outstanding at once (of %d sent, %d asking again)", tap.requests, tap.again)
+	t.Logf("%d READ requests (%d asking again), at most %d outstanding", tap.requests, tap.again, tap.most)
 }
