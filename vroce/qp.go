@@ -502,6 +502,15 @@ func (qp *QP) toErrorLocked() {
 		return
 	}
 	wasReset := qp.state == QPSReset
+	if qp.resp.ackPending && qp.typ == RC && !wasReset {
+		// An ACK owed for requests already executed leaves now, before
+		// whatever made the QP fail (a disconnect's DREQ, say) can
+		// overtake it at the end of the receive batch.
+		b := qp.dev.getBatch()
+		qp.sendOwedAckLocked(b)
+		qp.dev.flush(b)
+		qp.dev.putBatch(b)
+	}
 	qp.state = QPSErr
 	qp.req.flush(qp)
 	qp.resp.release(qp)

@@ -427,8 +427,14 @@ func (r *responder) owesAck(qp *QP, out *txBatch) {
 // sendOwedAck sends the coalesced ACK, if one is still owed.
 func (qp *QP) sendOwedAck(out *txBatch) {
 	qp.mu.Lock()
+	qp.resp.ackQueued = false
+	qp.sendOwedAckLocked(out)
+	qp.mu.Unlock()
+}
+
+// sendOwedAckLocked is sendOwedAck under qp.mu.
+func (qp *QP) sendOwedAckLocked(out *txBatch) {
 	r := &qp.resp
-	r.ackQueued = false
 	// Owed for requests executed before any move to ERR, whose
 	// completions the application may have acted on already (say, by
 	// disconnecting): the requester must hear of them, or it flushes
@@ -450,7 +456,6 @@ func (qp *QP) sendOwedAck(out *txBatch) {
 		r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psnAdd(r.ePSN, -1)},
 			AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}}, &s)
 	}
-	qp.mu.Unlock()
 }
 
 // piggyback hands the coalesced ACK, if one is owed, to a request about

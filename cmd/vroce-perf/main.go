@@ -67,6 +67,7 @@ type config struct {
 	// ibv_rc_pingpong and ibv_ud_pingpong), perftest.
 	Oob       string `json:"-"`
 	Conn      string `json:"-"` // RC or UD, as perftest's -c
+	RDMACM    bool   `json:"-"` // --oob perftest over RDMA_CM, as perftest's -R
 	quietProg bool
 }
 
@@ -180,6 +181,8 @@ func defineFlags(c *config) {
 	fs.StringVar(&c.Trace, "trace", "", "write a Go execution trace of the run to this file (go tool trace)")
 	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat), perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_send_lat)")
 	fs.StringVar(&c.Conn, "conn", "RC", "--oob: the QP type, RC or UD (UD: ibv_ud_pingpong)")
+	fs.BoolVar(&c.RDMACM, "rdma-cm", false, "--oob perftest: connect and exchange through RDMA_CM, no TCP (perftest's -R)")
+	fs.BoolVar(&c.RDMACM, "R", false, "same as --rdma-cm")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
 }
 
@@ -235,6 +238,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("rping speaks librdmacm's rping over RDMA_CM, between two hosts, with at least 16 bytes")
 	case c.Conn != "RC" && c.Conn != "UD":
 		return fmt.Errorf("--conn %q: RC or UD", c.Conn)
+	case c.RDMACM && c.Oob != "perftest":
+		return fmt.Errorf("--rdma-cm goes with --oob perftest (rping always uses RDMA_CM)")
 	case c.Conn == "UD" && c.Oob == "":
 		return fmt.Errorf("--conn UD goes with --oob pingpong")
 	case c.Test == "atomic_lat" && c.Size != 8:

@@ -95,6 +95,9 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		{"perftest read_bw", config{Test: "read_bw", Oob: "perftest", Size: 8192, Iters: 50}, runPerftest},
 		{"perftest send_bw", config{Test: "send_bw", Oob: "perftest", Size: 4096, Iters: 700}, runPerftest},
 		{"perftest send_lat", config{Test: "send_lat", Oob: "perftest", Size: 13, Iters: 50}, runPerftest},
+		{"perftest -R write_bw", config{Test: "write_bw", Oob: "perftest", RDMACM: true, Size: 8192, Iters: 50}, runPerftest},
+		{"perftest -R read_bw", config{Test: "read_bw", Oob: "perftest", RDMACM: true, Size: 8192, Iters: 50}, runPerftest},
+		{"perftest -R send_lat", config{Test: "send_lat", Oob: "perftest", RDMACM: true, Size: 13, Iters: 50}, runPerftest},
 		{"rping", config{Test: "rping", Size: 64, Iters: 5}, runRping},
 	}
 	for _, c := range cases {

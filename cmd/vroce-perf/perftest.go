@@ -106,39 +106,94 @@ func parsePFKeys(b []byte) (pfKeys, error) {
 	return k, nil
 }
 
-// pfConn is the lock-stepped TCP exchange.
+// pfConn is the lock-stepped exchange: over TCP, or with -R (perftest's
+// RDMA_CM mode) as SENDs on a QP of its own.
 type pfConn struct {
-	c      net.Conn
 	client bool
+	// send and recv move one message each way: a TCP write and read, or
+	// a SEND and a receive.
+	send func([]byte) error
+	recv func(n int) ([]byte, error)
+	cm   bool // -R: records in binary, no "done"
 }
 
 // xchg sends mine and receives the peer's message of n bytes, in the
 // order the two roles keep.
 func (p *pfConn) xchg(mine []byte, n int) ([]byte, error) {
-	theirs := make([]byte, n)
 	if p.client {
-		if _, err := p.c.Write(mine); err != nil {
+		if err := p.send(mine); err != nil {
 			return nil, err
 		}
 	}
-	if _, err := io.ReadFull(p.c, theirs); err != nil {
+	theirs, err := p.recv(n)
+	if err != nil {
 		return nil, fmt.Errorf("perftest exchange: %w", err)
 	}
 	if !p.client {
-		if _, err := p.c.Write(mine); err != nil {
+		if err := p.send(mine); err != nil {
 			return nil, err
 		}
 	}
 	return theirs, nil
 }
 
+// tcpConn is the exchange over a TCP connection.
+func tcpConn(c net.Conn, client bool) *pfConn {
+	return &pfConn{client: client,
+		send: func(b []byte) error { _, err := c.Write(b); return err },
+		recv: func(n int) ([]byte, error) {
+			b := make([]byte, n)
+			_, err := io.ReadFull(c, b)
+			return b, err
+		}}
+}
+
 // keys trades QP records.
 func (p *pfConn) keys(mine *pfKeys) (pfKeys, error) {
+	if p.cm {
+		b, err := p.xchg(mine.marshalBinary(), pfDestLen)
+		if err != nil {
+			return pfKeys{}, err
+		}
+		return parsePFDest(b)
+	}
 	b, err := p.xchg(mine.marshal(), pfKeysLen)
 	if err != nil {
 		return pfKeys{}, err
 	}
 	return parsePFKeys(b)
+}
+
+// pfDestLen is the size of struct pingpong_dest, which -R sends as it
+// lies in memory, its integers big-endian: lid, out_reads, qpn, psn,
+// rkey (4 bytes each), 4 of padding, vaddr (8), the GID (16), srqn and
+// gid_index (4 each).
+const pfDestLen = 56
+
+func (k *pfKeys) marshalBinary() []byte {
+	b := make([]byte, pfDestLen)
+	be := binary.BigEndian
+	be.PutUint32(b[0:], uint32(k.lid))
+	be.PutUint32(b[4:], uint32(k.outReads))
+	be.PutUint32(b[8:], k.qpn)
+	be.PutUint32(b[12:], k.psn)
+	be.PutUint32(b[16:], k.rkey)
+	be.PutUint64(b[24:], k.vaddr)
+	copy(b[32:48], k.gid[:])
+	be.PutUint32(b[48:], k.srqn)
+	return b
+}
+
+// parsePFDest reads a binary record from the network.
+func parsePFDest(b []byte) (pfKeys, error) {
+	if len(b) != pfDestLen {
+		return pfKeys{}, fmt.Errorf("%w: %d bytes, want %d", errPFKeys, len(b), pfDestLen)
+	}
+	be := binary.BigEndian
+	k := pfKeys{lid: uint16(be.Uint32(b)), outReads: uint16(be.Uint32(b[4:])), qpn: be.Uint32(b[8:]) & 0xffffff,
+		psn: be.Uint32(b[12:]) & 0xffffff, rkey: be.Uint32(b[16:]), vaddr: be.Uint64(b[24:]), srqn: be.Uint32(b[48:])}
+	copy(k.gid[:], b[32:48])
+	return k, nil
 }
 
 // preamble trades versions, system data and path MTUs, and returns the
@@ -191,37 +246,40 @@ func (p *pfConn) reports(size, iters int, peak, avg, rate float64) error {
 }
 
 // runPerftest runs one end of ib_write_bw, ib_read_bw, ib_send_bw or
-// ib_send_lat.
+// ib_send_lat, over a TCP exchange or, with --rdma-cm, perftest's -R.
 func runPerftest(cfg *config) error {
-	var c net.Conn
+	client := cfg.Server != ""
+	var p *pfConn
+	var dev *vroce.Device
+	var ctl *pfControl
+	var local netip.Addr
 	var err error
-	if cfg.Server == "" {
-		ln, lerr := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.Port)))
-		if lerr != nil {
-			return lerr
+	if cfg.RDMACM {
+		if dev, err = openPerftestDevice(cfg, netip.Addr{}); err != nil {
+			return err
 		}
-		fmt.Fprintf(os.Stderr, "vroce-perf: perftest %s server waiting on TCP port %d\n", cfg.Test, cfg.Port)
-		c, err = ln.Accept()
-		ln.Close()
+		defer dev.Close()
+		if ctl, err = newPFControl(dev, cfg); err != nil {
+			return err
+		}
+		defer ctl.close()
+		p, local = ctl.conn, dev.LocalAddr().Addr().Unmap()
 	} else {
-		c, err = net.DialTimeout("tcp", net.JoinHostPort(cfg.Server, strconv.Itoa(cfg.Port)), 30*time.Second)
+		c, err := perftestTCP(cfg)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(time.Duration(cfg.Iters)*time.Second + 60*time.Second))
+		p, local = tcpConn(c, client), controlIP(c)
+		if dev, err = openPerftestDevice(cfg, local); err != nil {
+			return err
+		}
+		defer dev.Close()
 	}
-	if err != nil {
-		return err
+	if a := dev.LocalAddr().Addr().Unmap(); !a.IsUnspecified() {
+		local = a // the address our GID names
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Duration(cfg.Iters)*time.Second + 60*time.Second))
-	p := &pfConn{c: c, client: cfg.Server != ""}
-	local := controlIP(c)
-	addr := cfg.DevAddr
-	if addr == "" {
-		addr = netip.AddrPortFrom(local, 4791).String()
-	}
-	dev, err := vroce.Open(vroce.Config{Provider: cfg.Provider, Addr: addr, ProviderOptions: cfg.providerOptions()})
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
 	mtu := vroce.MTU(cfg.MTU)
 	if mtu == 0 {
 		mtu = min(dev.Attr().ActiveMTU, vroce.MTU4096)
@@ -254,18 +312,29 @@ func runPerftest(cfg *config) error {
 		return err
 	}
 	outReads := min(16, dev.Attr().MaxQPRdAtom)
-	src := dev.LocalAddr().Addr().Unmap()
-	if src.IsUnspecified() {
-		src = local
-	}
 	mine := pfKeys{outReads: uint16(outReads), qpn: qp.QPN(), psn: uint32(time.Now().UnixNano()) & 0xffffff,
-		rkey: mr.RKey(), vaddr: mr.Addr(), gid: src.As16()}
-	peer, err := p.keys(&mine)
-	if err != nil {
-		return err
-	}
-	if err := pfConnect(qp, &mine, &peer, mtu, dev.Attr().MaxQPRdAtom); err != nil {
-		return err
+		rkey: mr.RKey(), vaddr: mr.Addr(), gid: local.As16()}
+	var peer pfKeys
+	if cfg.RDMACM {
+		// A sync, the test QP's connection through RDMA_CM, a sync.
+		if _, err := p.keys(&mine); err != nil {
+			return err
+		}
+		if err := ctl.connectTest(qp, outReads); err != nil {
+			return err
+		}
+		for range 2 {
+			if peer, err = p.keys(&mine); err != nil {
+				return err
+			}
+		}
+	} else {
+		if peer, err = p.keys(&mine); err != nil {
+			return err
+		}
+		if err := pfConnect(qp, &mine, &peer, mtu, dev.Attr().MaxQPRdAtom); err != nil {
+			return err
+		}
 	}
 	for range 2 { // after the connection, and after RTR
 		if _, err := p.keys(&mine); err != nil {
@@ -329,8 +398,10 @@ func runPerftest(cfg *config) error {
 	if _, err := p.keys(&mine); err != nil {
 		return err
 	}
-	if _, err := c.Write([]byte(pfDone)); err != nil {
-		return err
+	if !p.cm {
+		if err := p.send([]byte(pfDone)); err != nil {
+			return err
+		}
 	}
 	if cfg.Test == "send_lat" {
 		return nil // the ping-pong reported
@@ -343,6 +414,34 @@ func runPerftest(cfg *config) error {
 	fmt.Printf("peer %v QPN %#x: %d packets sent, %d received, %d retransmitted, %d timeouts\n",
 		netip.AddrFrom16(peer.gid).Unmap(), peer.qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts)
 	return nil
+}
+
+// perftestTCP opens the exchange's TCP connection: accepts one on the
+// port, or dials the server's.
+func perftestTCP(cfg *config) (net.Conn, error) {
+	if cfg.Server != "" {
+		return net.DialTimeout("tcp", net.JoinHostPort(cfg.Server, strconv.Itoa(cfg.Port)), 30*time.Second)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	fmt.Fprintf(os.Stderr, "vroce-perf: perftest %s server waiting on TCP port %d\n", cfg.Test, cfg.Port)
+	return ln.Accept()
+}
+
+// openPerftestDevice opens the device at --dev-addr, or on RoCEv2's port
+// at local (all addresses when local is not known).
+func openPerftestDevice(cfg *config, local netip.Addr) (*vroce.Device, error) {
+	addr := cfg.DevAddr
+	if addr == "" {
+		addr = ":4791"
+		if local.IsValid() {
+			addr = netip.AddrPortFrom(local, 4791).String()
+		}
+	}
+	return vroce.Open(vroce.Config{Provider: cfg.Provider, Addr: addr, ProviderOptions: cfg.providerOptions()})
 }
 
 // pfConnect moves the QP to RTS as perftest's ctx_connect does.

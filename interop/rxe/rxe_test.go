@@ -267,6 +267,29 @@ func TestPerftest(t *testing.T) {
 	}
 }
 
+// TestPerftestRDMACM: perftest's -R, no TCP: the exchange as SENDs on a
+// control QP and the test QP, both connected through RDMA_CM (vroce/cm
+// against Linux's CM, twice per run).
+func TestPerftestRDMACM(t *testing.T) {
+	g := needGuest(t)
+	for _, test := range []string{"write_bw", "read_bw", "send_lat"} {
+		tool := "ib_" + test
+		t.Run(test+" guest serves", func(t *testing.T) {
+			srv := g.start(t, tool+" -R -n 20 -s 4096")
+			g.waitListening(t, 0)
+			out := hostClient(t, g, test, "--oob", "perftest", "-R", "-n", "20", "-s", "4096", devAddr, guestIP)
+			rc, gout := srv.wait(t, 60*time.Second)
+			require.Equal(t, 0, rc, "%s -R:\n%s\nvroce-perf:\n%s", tool, gout, out)
+		})
+		t.Run(test+" guest connects", func(t *testing.T) {
+			wait := hostServer(t, g, test, "--oob", "perftest", "-R", "-n", "20", "-s", "4096", devAddr)
+			rc, gout := g.start(t, fmt.Sprintf("%s -R -n 20 -s 4096 %s", tool, hostIP)).wait(t, 60*time.Second)
+			out := wait()
+			require.Equal(t, 0, rc, "%s -R:\n%s\nvroce-perf:\n%s", tool, gout, out)
+		})
+	}
+}
+
 // TestPerftestSendLat: ib_send_lat's ping-pong of padded 13-byte SENDs.
 func TestPerftestSendLat(t *testing.T) {
 	g := needGuest(t)

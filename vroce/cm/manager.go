@@ -473,14 +473,16 @@ func (o *outbox) wake(id *ID) {
 }
 
 func (o *outbox) flush(m *Manager) {
+	// QPs fail first: an ACK one owes leaves as it does (vroce), ahead
+	// of the DREQ or DREP that ends the connection.
+	for _, qp := range o.fails {
+		qp.Modify(&vroce.QPAttr{State: vroce.QPSErr}, vroce.QPAttrState)
+	}
 	for _, msg := range o.msgs {
 		if a := attrID(binary.BigEndian.Uint16(msg.b[16:])); a >= attrREQ && a <= attrSIDRRep {
 			m.sent[a-attrREQ].Add(1)
 		}
 		m.gsi.Send(msg.to, msg.b[:]) // a lost message is retried or answered again
-	}
-	for _, qp := range o.fails {
-		qp.Modify(&vroce.QPAttr{State: vroce.QPSErr}, vroce.QPAttrState)
 	}
 	if m.cfg.OnEvent != nil {
 		for _, e := range o.events {
