@@ -363,6 +363,10 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 		d.stats.rxMalformed.Add(1)
 		return
 	}
+	if !pkeyMatches(p.BTH.PKey, wire.DefaultPKey) {
+		d.stats.rxBadPKey.Add(1)
+		return
+	}
 	if p.BTH.DestQP == GSIQPN {
 		if d.checkICRC(pkt) {
 			d.receiveGSI(&p, pkt.Addr)
@@ -378,6 +382,16 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 		return
 	}
 	qp.receive(&p, pkt.Data, pkt.Addr, out)
+}
+
+// pkeyMatches is IBA's partition check (9.6.1.1.3): the keys, less their
+// membership bit, are equal and not invalid (0), and at least one of the
+// two is a full member. Every QP here is in the port's one partition, the
+// default full-membership 0xFFFF, as rxe's are.
+func pkeyMatches(pkt, port uint16) bool {
+	const member = 0x8000
+	key := pkt &^ member
+	return key != 0 && key == port&^member && (pkt|port)&member != 0
 }
 
 // checkICRC checks a packet for UD or QP1 and counts a bad one. The ICRC

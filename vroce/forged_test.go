@@ -132,3 +132,33 @@ func TestForgedResponsesAreDropped(t *testing.T) {
 		})
 	}
 }
+
+// TestPartitionKeyIsChecked: a request with a P_Key outside the port's
+// partition (0xFFFF, full membership) is dropped and counted, as rxe
+// drops it; the same request with 0xFFFF, or with 0x7FFF (the same
+// partition, limited membership, which a full member talks to), lands.
+func TestPartitionKeyIsChecked(t *testing.T) {
+	f := newFakePeer(t)
+	psn := uint32(500)
+	for _, bad := range []uint16{0x0000, 0x8000, 0x1234, 0x8001, 0xfffe, 0x7ffe} {
+		p := &wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PSN: psn, AckReq: true}, Payload: []byte("refused")}
+		f.sendKey(p, bad)
+	}
+	require.NoError(t, f.qp.PostRecv(vroce.RecvWR{ID: 2, SGL: []vroce.SGE{f.mr.SGE(2048, 2048)}}))
+	for i, good := range []uint16{0xffff, 0x7fff} {
+		f.sendKey(&wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PSN: psn + uint32(i), AckReq: true}, Payload: []byte("in the partition")}, good)
+	}
+	for i := range 2 {
+		wc := received(t, f.cq)
+		assert.Equal(t, vroce.WCSuccess, wc.Status)
+		assert.Equal(t, uint64(i+1), wc.ID, "the refused requests took no receive")
+		assert.Equal(t, len("in the partition"), int(wc.ByteLen))
+	}
+	assert.Equal(t, uint64(6), f.qp.Device().Stats().RxBadPKey)
+}
+
+// sendKey sends p with P_Key key (send fills in the default).
+func (f *fakePeer) sendKey(p *wire.Packet, key uint16) {
+	f.t.Helper()
+	f.rxeLike.sendWith(fakeSource, f.qp, 0, p, func(p *wire.Packet) { p.BTH.PKey = key })
+}

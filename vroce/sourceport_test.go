@@ -34,10 +34,17 @@ func (r *rxeLike) sendOnly(src netip.AddrPort, qp *vroce.QP, psn uint32, id uint
 // id; it fills in the P_Key and the destination QP.
 func (r *rxeLike) send(src netip.AddrPort, qp *vroce.QP, id uint16, p *wire.Packet) {
 	r.t.Helper()
+	r.sendWith(src, qp, id, p, func(*wire.Packet) {})
+}
+
+// sendWith is send, with edit applied to the packet last.
+func (r *rxeLike) sendWith(src netip.AddrPort, qp *vroce.QP, id uint16, p *wire.Packet, edit func(*wire.Packet)) {
+	r.t.Helper()
 	ep, err := r.network.Attach(src)
 	require.NoError(r.t, err)
 	defer ep.Close()
 	p.BTH.PKey, p.BTH.DestQP = wire.DefaultPKey, qp.QPN()
+	edit(p)
 	b := make([]byte, wire.Len(p.BTH.Opcode, len(p.Payload)))
 	_, err = p.Encode(b)
 	require.NoError(r.t, err)

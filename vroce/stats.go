@@ -7,6 +7,7 @@ import (
 
 type deviceCounters struct {
 	rxPackets, rxMalformed, rxNoQP, rxBadICRC, rxErrors, rxMADs atomic.Uint64
+	rxBadPKey                                                   atomic.Uint64
 	txPackets, txErrors                                         atomic.Uint64
 }
 
@@ -16,6 +17,7 @@ type DeviceStats struct {
 	RxMalformed uint64 // dropped: not a RoCEv2 packet
 	RxNoQP      uint64 // dropped: no such QP
 	RxBadICRC   uint64 // dropped: ICRC mismatch (corruption)
+	RxBadPKey   uint64 // dropped: a P_Key that does not match the port's (IBA 9.6.1.1)
 	RxErrors    uint64 // provider receive errors
 	RxMADs      uint64 // management datagrams handed to the GSI owner
 	TxPackets   uint64 // datagrams sent
@@ -37,7 +39,7 @@ func (d *Device) Stats() DeviceStats {
 	s := &d.stats
 	out := DeviceStats{
 		RxPackets: s.rxPackets.Load(), RxMalformed: s.rxMalformed.Load(), RxNoQP: s.rxNoQP.Load(),
-		RxBadICRC: s.rxBadICRC.Load(), RxErrors: s.rxErrors.Load(), RxMADs: s.rxMADs.Load(),
+		RxBadICRC: s.rxBadICRC.Load(), RxBadPKey: s.rxBadPKey.Load(), RxErrors: s.rxErrors.Load(), RxMADs: s.rxMADs.Load(),
 		TxPackets: s.txPackets.Load(), TxErrors: s.txErrors.Load(),
 	}
 	d.mu.Lock()
