@@ -53,7 +53,10 @@ type Device struct {
 	count  struct{ qp, cq, mr, pd, srq int }
 
 	qpTable *table[QP] // by QPN: the receive path finds QPs here
-	mrTable *table[MR] // by key: every access check finds MRs here
+	// MRs by key: every local access check finds them by lkey, every
+	// remote one by rkey. The two keys are drawn apart, so an lkey a
+	// peer learns of (or guesses) opens nothing.
+	mrByLKey, mrByRKey *table[MR]
 
 	atomicMu sync.Mutex // remote atomics execute one at a time per device
 	heldBufs sync.Pool  // *[]byte: out-of-order requests kept for selective repeat
@@ -108,7 +111,8 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 		local:   p.LocalAddr(),
 		epoch:   time.Now(),
 		qpTable: newTable(func(qp *QP) uint32 { return qp.qpn }),
-		mrTable: newTable(func(mr *MR) uint32 { return mr.key }),
+		mrByLKey: newTable(func(mr *MR) uint32 { return mr.lkey }),
+		mrByRKey: newTable(func(mr *MR) uint32 { return mr.rkey }),
 		done:    make(chan struct{}),
 	}
 	clk, err := clock.New(d.epoch)

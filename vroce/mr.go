@@ -80,13 +80,15 @@ const (
 
 // MR is a memory region (ibv_mr): a Go byte slice registered for local and
 // remote access. Its addresses are an I/O virtual address space starting at
-// a random base (Addr), not the process's pointers, and its key is random:
-// a peer can reach it only with what it was told.
+// a random base (Addr), not the process's pointers, and its keys are
+// random and independent: a peer can reach it only with the rkey it was
+// told, and the lkey is good only for this process's own work requests.
 type MR struct {
 	pd     *PD
 	buf    []byte
 	addr   uint64
-	key    uint32
+	lkey   uint32
+	rkey   uint32
 	access Access
 	gone   atomic.Bool
 }
@@ -113,9 +115,13 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	}
 	mr := &MR{pd: pd, buf: buf, access: access}
 	mr.addr = (uint64(random32())<<32 | uint64(random32())) & (1<<52 - 1) &^ 0xfff
-	d.mrTable.insert(mr, func() bool {
-		mr.key = random32()
-		return mr.key != 0
+	d.mrByLKey.insert(mr, func() bool {
+		mr.lkey = random32()
+		return mr.lkey != 0
+	})
+	d.mrByRKey.insert(mr, func() bool {
+		mr.rkey = random32()
+		return mr.rkey != 0 && mr.rkey != mr.lkey
 	})
 	return mr, nil
 }
@@ -126,15 +132,16 @@ func (mr *MR) Dereg() error {
 		return ErrClosed
 	}
 	d := mr.pd.dev
-	d.mrTable.delete(mr)
+	d.mrByLKey.delete(mr)
+	d.mrByRKey.delete(mr)
 	d.release(&d.count.mr)
 	mr.pd.refs.Add(-1)
 	return nil
 }
 
 // LKey and RKey are the region's local and remote keys.
-func (mr *MR) LKey() uint32 { return mr.key }
-func (mr *MR) RKey() uint32 { return mr.key }
+func (mr *MR) LKey() uint32 { return mr.lkey }
+func (mr *MR) RKey() uint32 { return mr.rkey }
 
 // Addr is the I/O virtual address of the region's first byte.
 func (mr *MR) Addr() uint64 { return mr.addr }
@@ -147,7 +154,7 @@ func (mr *MR) Bytes() []byte { return mr.buf }
 
 // SGE describes n bytes at offset off of the region.
 func (mr *MR) SGE(off, n int) SGE {
-	return SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.key}
+	return SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.lkey}
 }
 
 // span is a validated piece of registered memory.
@@ -166,15 +173,22 @@ func (s span) bytes() []byte {
 	return s.mr.buf[s.off : s.off+s.n]
 }
 
-// lookup finds the MR for key in pd and checks [va, va+n) against its
-// bounds and access. It is the one check every local and remote access
-// passes through.
-func (d *Device) lookup(key uint32, pd *PD, need Access, va uint64, n uint64) (span, bool) {
-	mr := d.mrTable.load(key)
-	if mr == nil {
-		return span{}, false
-	}
-	if mr.pd != pd || mr.access&need != need || va < mr.addr {
+// lookupLocal finds the MR whose lkey is key in pd and checks [va, va+n)
+// against its bounds and access: every SGE of a work request passes here.
+func (d *Device) lookupLocal(key uint32, pd *PD, need Access, va uint64, n uint64) (span, bool) {
+	return d.mrByLKey.load(key).check(pd, need, va, n)
+}
+
+// lookupRemote is lookupLocal for a peer's access, by rkey: every RETH and
+// AtomicETH passes here.
+func (d *Device) lookupRemote(key uint32, pd *PD, need Access, va uint64, n uint64) (span, bool) {
+	return d.mrByRKey.load(key).check(pd, need, va, n)
+}
+
+// check is the one bounds and access check of every local and remote
+// access; a nil MR (no such key) fails it.
+func (mr *MR) check(pd *PD, need Access, va uint64, n uint64) (span, bool) {
+	if mr == nil || mr.pd != pd || mr.access&need != need || va < mr.addr {
 		return span{}, false
 	}
 	off := va - mr.addr

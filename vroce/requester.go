@@ -304,7 +304,7 @@ func (qp *QP) postOne(wr *SendWR) error {
 			need = AccessLocalWrite
 		}
 		for i, sge := range wr.SGL {
-			s, ok := qp.dev.lookup(sge.LKey, qp.pd, need, sge.Addr, uint64(sge.Length))
+			s, ok := qp.dev.lookupLocal(sge.LKey, qp.pd, need, sge.Addr, uint64(sge.Length))
 			if !ok {
 				return invalidf("%s: SGE %d (lkey %#x, addr %#x, length %d) is not registered memory of this PD with the access it needs", op, i, sge.LKey, sge.Addr, sge.Length)
 			}

@@ -254,7 +254,7 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 			}
 			s, ok := span{}, true
 			if p.RETH.DMALen > 0 {
-				s, ok = qp.dev.lookup(p.RETH.RKey, qp.pd, AccessRemoteWrite, p.RETH.VA, uint64(p.RETH.DMALen))
+				s, ok = qp.dev.lookupRemote(p.RETH.RKey, qp.pd, AccessRemoteWrite, p.RETH.VA, uint64(p.RETH.DMALen))
 			}
 			if !ok {
 				r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
@@ -312,7 +312,7 @@ func (r *responder) readSpan(qp *QP, p *wire.Packet) (span, bool) {
 	if p.RETH.DMALen == 0 {
 		return span{}, true
 	}
-	return qp.dev.lookup(p.RETH.RKey, qp.pd, AccessRemoteRead, p.RETH.VA, uint64(p.RETH.DMALen))
+	return qp.dev.lookupRemote(p.RETH.RKey, qp.pd, AccessRemoteRead, p.RETH.VA, uint64(p.RETH.DMALen))
 }
 
 func (r *responder) completeRecv(qp *QP, p *wire.Packet, op WCOpcode, n int) {
@@ -334,7 +334,7 @@ func (r *responder) executeAtomic(qp *QP, p *wire.Packet, out *txBatch) {
 		r.abort(qp, p, out, wire.NAKInvalidRequest, WCWRFlushErr)
 		return
 	}
-	s, ok := qp.dev.lookup(a.RKey, qp.pd, AccessRemoteAtomic, a.VA, 8)
+	s, ok := qp.dev.lookupRemote(a.RKey, qp.pd, AccessRemoteAtomic, a.VA, 8)
 	if !ok {
 		r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
 		return

@@ -54,7 +54,7 @@ func resolveRecv(d *Device, pd *PD, wr *RecvWR, maxSGE int, op string) (recvWQE,
 	}
 	w := recvWQE{id: wr.ID}
 	for i, sge := range wr.SGL {
-		s, ok := d.lookup(sge.LKey, pd, AccessLocalWrite, sge.Addr, uint64(sge.Length))
+		s, ok := d.lookupLocal(sge.LKey, pd, AccessLocalWrite, sge.Addr, uint64(sge.Length))
 		if !ok {
 			return recvWQE{}, invalidf("%s: SGE %d (lkey %#x, addr %#x, length %d) is not writable registered memory of this PD", op, i, sge.LKey, sge.Addr, sge.Length)
 		}

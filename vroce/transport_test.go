@@ -16,6 +16,22 @@ import (
 // TestRemoteAccessViolationsNeverTouchMemory: a bad rkey, an access beyond
 // the MR, a missing access flag: each completes with a remote access error
 // at the requester, moves both QPs to ERR and leaves the memory as it was.
+// TestLKeysAndRKeysAreDrawnApart: an MR's two keys differ, so a peer that
+// learns of an lkey (a bug of the application's, a shared log) holds no
+// rkey.
+func TestLKeysAndRKeysAreDrawnApart(t *testing.T) {
+	a, _, _ := simPair(t, defaultOpts())
+	for range 64 {
+		mr, err := a.PD.RegMR(make([]byte, 64), vroce.AccessLocalWrite|vroce.AccessRemoteWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mr.LKey() == mr.RKey() {
+			t.Fatalf("lkey = rkey = %#x", mr.LKey())
+		}
+	}
+}
+
 func TestRemoteAccessViolationsNeverTouchMemory(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -37,6 +53,11 @@ func TestRemoteAccessViolationsNeverTouchMemory(t *testing.T) {
 			func(b *node) uint64 { return b.MR.Addr() }, func(b *node) uint32 { return b.MR.RKey() }, 64},
 		{"atomic without atomic access", vroce.WRAtomicFetchAndAdd, vroce.AccessLocalWrite | vroce.AccessRemoteWrite,
 			func(b *node) uint64 { return b.MR.Addr() }, func(b *node) uint32 { return b.MR.RKey() }, 8},
+		// The lkey is the owner's alone: it opens nothing remotely.
+		{"WRITE with the lkey", vroce.WRRDMAWrite, vroce.AccessLocalWrite | vroce.AccessRemoteWrite | vroce.AccessRemoteRead,
+			func(b *node) uint64 { return b.MR.Addr() }, func(b *node) uint32 { return b.MR.LKey() }, 64},
+		{"READ with the lkey", vroce.WRRDMARead, vroce.AccessLocalWrite | vroce.AccessRemoteWrite | vroce.AccessRemoteRead,
+			func(b *node) uint64 { return b.MR.Addr() }, func(b *node) uint32 { return b.MR.LKey() }, 64},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
