@@ -106,14 +106,14 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 		mtu = min(mtu, cfg.MTU)
 	}
 	d := &Device{
-		prov:    p,
-		attr:    deviceAttr(maxQP, mtu),
-		local:   p.LocalAddr(),
-		epoch:   time.Now(),
-		qpTable: newTable(func(qp *QP) uint32 { return qp.qpn }),
+		prov:     p,
+		attr:     deviceAttr(maxQP, mtu),
+		local:    p.LocalAddr(),
+		epoch:    time.Now(),
+		qpTable:  newTable(func(qp *QP) uint32 { return qp.qpn }),
 		mrByLKey: newTable(func(mr *MR) uint32 { return mr.lkey }),
 		mrByRKey: newTable(func(mr *MR) uint32 { return mr.rkey }),
-		done:    make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	clk, err := clock.New(d.epoch)
 	if err != nil {
