@@ -59,7 +59,7 @@ type Device struct {
 	mrByLKey, mrByRKey *table[MR]
 
 	atomicMu sync.Mutex // remote atomics execute one at a time per device
-	heldBufs sync.Pool  // *[]byte: out-of-order requests kept for selective repeat
+	held     heldPool   // out-of-order requests kept for selective repeat
 	timers   timerQueue
 	gsi      atomic.Pointer[GSI] // QP1's owner, if any
 	events   eventQueue
@@ -123,7 +123,6 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 	d.events.init()
 	size := packetSize(mtu)
 	d.batches.New = func() any { return newTxBatch(p.BatchSize(), size) }
-	d.heldBufs.New = func() any { b := make([]byte, 0, size); return &b }
 	path := cfg.PcapPath
 	if path == "" {
 		path = os.Getenv("VROCE_PCAP")

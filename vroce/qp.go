@@ -344,6 +344,7 @@ func (qp *QP) Stats() QPStats {
 	defer qp.mu.Unlock()
 	s := qp.stats
 	s.CWnd = qp.req.window()
+	s.HeldBytes = qp.resp.heldBytes
 	s.SRTT, s.MinRTT = time.Duration(qp.req.rtt.srtt), time.Duration(qp.req.rtt.minRTT)
 	return s
 }

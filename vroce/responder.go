@@ -39,10 +39,11 @@ type responder struct {
 	// Selective repeat, when negotiated: requests that arrive ahead of
 	// ePSN are kept (up to maxWindow PSNs ahead) and reported in SACKs,
 	// then executed in order once the gap fills.
-	sr       bool
-	held     []heldPacket // ring indexed by PSN, allocated on first use
-	heldN    int
-	heldHigh uint32
+	sr        bool
+	held      []heldPacket // ring indexed by PSN, allocated on first use
+	heldN     int
+	heldBytes int // what the held packets' buffers cost (held.go bounds it)
+	heldHigh  uint32
 }
 
 // heldPacket is a request kept out of order: its bytes, re-parsed when its
@@ -69,11 +70,9 @@ func (r *responder) reset(qp *QP, psn uint32, sr bool) {
 func (r *responder) release(qp *QP) {
 	for i := range r.held {
 		if r.held[i].buf != nil {
-			qp.dev.heldBufs.Put(r.held[i].buf)
-			r.held[i] = heldPacket{}
+			r.free(qp, &r.held[i])
 		}
 	}
-	r.heldN = 0
 }
 
 func (r *responder) onRequest(qp *QP, p *wire.Packet, raw []byte, out *txBatch) {
@@ -118,17 +117,32 @@ func (r *responder) hold(qp *QP, psn uint32, raw []byte) {
 		if h.psn == psn {
 			return // a duplicate of one already held
 		}
-		qp.dev.heldBufs.Put(h.buf) // stale: passed by ePSN
-		r.heldN--
+		r.free(qp, h) // stale: passed by ePSN
 	}
-	buf := qp.dev.heldBufs.Get().(*[]byte)
-	*buf = append((*buf)[:0], raw...)
+	if r.heldBytes+1<<heldClass(len(raw)) > maxHeldPerQP {
+		qp.stats.HeldDrops++
+		return
+	}
+	buf, cost, ok := qp.dev.held.take(raw)
+	if !ok {
+		qp.stats.HeldDrops++
+		return
+	}
 	*h = heldPacket{psn: psn, buf: buf}
 	r.heldN++
+	r.heldBytes += cost
 	qp.stats.HeldOutOfOrder++
 	if r.heldN == 1 || psnDiff(psn, r.heldHigh) > 0 {
 		r.heldHigh = psn
 	}
+}
+
+// free lets a held packet's buffer go.
+func (r *responder) free(qp *QP, h *heldPacket) {
+	r.heldBytes -= cap(*h.buf)
+	r.heldN--
+	qp.dev.held.give(h.buf)
+	*h = heldPacket{}
 }
 
 // drain executes held requests that are now in order.
@@ -150,7 +164,8 @@ func (r *responder) drain(qp *QP, out *txBatch) {
 		if wire.Parse(&p, *buf) == nil {
 			r.execute(qp, &p, out)
 		}
-		qp.dev.heldBufs.Put(buf)
+		r.heldBytes -= cap(*buf) // executed: the packet is done with
+		qp.dev.held.give(buf)
 		if r.ePSN == before { // RNR or an error: the requester resends
 			return
 		}
@@ -171,9 +186,7 @@ func (r *responder) sweep(qp *QP) bool {
 	for i := range r.held {
 		h := &r.held[i]
 		if h.buf != nil && psnDiff(h.psn, r.ePSN) < 0 {
-			qp.dev.heldBufs.Put(h.buf)
-			*h = heldPacket{}
-			r.heldN--
+			r.free(qp, h)
 		}
 	}
 	h := &r.held[r.ePSN&(maxWindow-1)]

@@ -76,6 +76,8 @@ func (s *QPStats) add(q QPStats) {
 	s.TailProbes += q.TailProbes
 	s.SpuriousTimeouts += q.SpuriousTimeouts
 	s.ForgedResponses += q.ForgedResponses
+	s.HeldDrops += q.HeldDrops
+	s.HeldBytes += q.HeldBytes
 	s.CWnd = max(s.CWnd, q.CWnd)
 	s.SRTT = max(s.SRTT, q.SRTT)
 	if s.MinRTT == 0 || (q.MinRTT != 0 && q.MinRTT < s.MinRTT) {
@@ -107,6 +109,8 @@ type QPStats struct {
 	TailProbes       uint64 // tail-loss probes sent
 	SpuriousTimeouts uint64 // timeouts undone: the original packets had arrived
 	ForgedResponses  uint64 // dropped: a response (ACK, NAK, READ response, atomic ACK) naming no request in flight
+	HeldDrops        uint64 // out-of-order requests not kept: the QP's or the device's held bytes at their limit
+	HeldBytes        int    // what the QP's out-of-order requests hold now
 
 	CWnd   int           // congestion window, packets
 	SRTT   time.Duration // smoothed RTT
