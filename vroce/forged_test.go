@@ -164,7 +164,7 @@ func (f *fakePeer) sendKey(p *wire.Packet, key uint16) {
 }
 
 // srQPTo is rcQPTo for a QP that negotiated selective repeat, with a path
-// MTU of mtu, and an MR the peer may write.
+// MTU of mtu, and an MR the peer may write and read.
 func srQPTo(t *testing.T, network *sim.Network, peer netip.AddrPort, mtu vroce.MTU) (*vroce.QP, *vroce.MR) {
 	t.Helper()
 	dev, err := vroce.Open(vroce.Config{Provider: "sim", Addr: "10.0.0.2:4791", ProviderOptions: network})
@@ -172,7 +172,7 @@ func srQPTo(t *testing.T, network *sim.Network, peer netip.AddrPort, mtu vroce.M
 	t.Cleanup(func() { dev.Close() })
 	pd, _ := dev.AllocPD()
 	cq, _ := dev.CreateCQ(64)
-	mr, err := pd.RegMR(make([]byte, 1<<20), vroce.AccessLocalWrite|vroce.AccessRemoteWrite)
+	mr, err := pd.RegMR(make([]byte, 1<<20), vroce.AccessLocalWrite|vroce.AccessRemoteWrite|vroce.AccessRemoteRead)
 	require.NoError(t, err)
 	qp, err := pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq, Cap: vroce.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
@@ -180,7 +180,7 @@ func srQPTo(t *testing.T, network *sim.Network, peer netip.AddrPort, mtu vroce.M
 		a vroce.QPAttr
 		m vroce.QPAttrMask
 	}{
-		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: vroce.AccessRemoteWrite}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
+		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: vroce.AccessRemoteWrite | vroce.AccessRemoteRead}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
 		{vroce.QPAttr{State: vroce.QPSRTR, Dest: peer, PathMTU: mtu, DestQPN: 0x11, RQPSN: 500, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true},
 			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat},
 	} {
@@ -236,3 +236,71 @@ func TestOutOfOrderRequestsHoldWhatArrived(t *testing.T) {
 // verbsSync orders the test's reads of MR memory after the device's
 // writes to it (taken under the QP's lock).
 func verbsSync(qp *vroce.QP) { _ = qp.State() }
+
+// TestReplayedReadIsBounded: a READ of 1 MiB draws its 1,024 responses
+// (the positive control); the same request replayed, a duplicate, draws
+// at most 64 (a re-request's chunk), and a flood of replays no more than
+// the QP's budget, the rest counted. It was 8 MiB for one 44-byte replay.
+func TestReplayedReadIsBounded(t *testing.T) {
+	network := sim.NewNetwork(sim.Config{})
+	t.Cleanup(network.Close)
+	peer, err := network.Attach(fakeDevice)
+	require.NoError(t, err)
+	t.Cleanup(func() { peer.Close() })
+	r := &rxeLike{t: t, network: network}
+	qp, mr := srQPTo(t, network, fakeDevice, vroce.MTU1024)
+	read := func() *wire.Packet {
+		return &wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadRequest, PSN: 500, AckReq: true},
+			RETH: wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: 1 << 20}}
+	}
+	responses := func(want int) (n int, last wire.Opcode) {
+		pkts := make([]vroce.Packet, 32)
+		for i := range pkts {
+			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		for n < want {
+			k, err := peer.Recv(pkts)
+			require.NoError(t, err)
+			for _, pk := range pkts[:k] {
+				var p wire.Packet
+				require.NoError(t, wire.Parse(&p, pk.Data))
+				n, last = n+1, p.BTH.Opcode
+			}
+		}
+		return n, last
+	}
+	r.send(fakeSource, qp, 0, read())
+	n, last := responses(1024)
+	require.Equal(t, 1024, n)
+	assert.Equal(t, wire.RCReadResponseLast, last)
+
+	start := time.Now()
+	r.send(fakeSource, qp, 0, read()) // one replay
+	const replays = 50
+	for range replays {
+		r.send(fakeSource, qp, 0, read())
+	}
+	// A control the flood must not starve: a WRITE, which is ACKed.
+	w := writeOnly(mr, 500+1024, 0, []byte("after the replays"))
+	w.BTH.AckReq = true
+	r.send(fakeSource, qp, 0, w)
+	var ack wire.Packet
+	sent := 0
+	for ack.BTH.Opcode != wire.RCAcknowledge {
+		pkts := []vroce.Packet{{Data: make([]byte, vroce.MaxPacketSize)}}
+		_, err := peer.Recv(pkts)
+		require.NoError(t, err)
+		require.NoError(t, wire.Parse(&ack, pkts[0].Data))
+		if ack.BTH.Opcode != wire.RCAcknowledge {
+			sent++
+		}
+	}
+	s := qp.Stats()
+	// The budget: a burst of 256, refilled at 100,000 a second while the
+	// replays came.
+	budget := 256 + int(time.Since(start).Seconds()*100_000) + 1
+	assert.LessOrEqual(t, sent, budget, "responses drawn by %d replays in %v", replays+1, time.Since(start))
+	assert.GreaterOrEqual(t, sent, 64, "the first replay restarts the READ")
+	assert.Equal(t, uint64((replays+1)*1024-sent), s.DupReadLimited)
+	assert.Equal(t, uint32(500+1024), ack.BTH.PSN)
+}

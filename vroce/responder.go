@@ -2,6 +2,7 @@ package vroce
 
 import (
 	"encoding/binary"
+	"time"
 
 	"vroce.dev/vroce/wire"
 )
@@ -26,6 +27,10 @@ type responder struct {
 
 	atomics    []atomicResult // recent atomic results, for duplicates
 	atomicNext int
+
+	// The duplicate READ budget (dupReadBudget): packets left, and when
+	// it was last taken from (0: never).
+	dupReadTokens, dupReadAt int64
 
 	ackPending bool // a coalesced ACK is owed
 	ackQueued  bool // the QP is on the receive batch's ACK list
@@ -305,7 +310,7 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 			return
 		}
 		r.msn++
-		n := r.sendReadResponses(qp, out, s, p.BTH.PSN)
+		n := r.sendReadResponses(qp, out, s, p.BTH.PSN, -1)
 		r.ePSN = psnAdd(r.ePSN, n)
 		return
 	case f&wire.IsAtomic != 0:
@@ -387,7 +392,9 @@ func (r *responder) onDuplicate(qp *QP, p *wire.Packet, out *txBatch) {
 		if psnDiff(psnAdd(p.BTH.PSN, max(n, 1)), r.ePSN) > 0 {
 			return // claims PSNs that were never requested
 		}
-		r.sendReadResponses(qp, out, s, p.BTH.PSN)
+		allowed := r.dupReadBudget(qp, max(n, 1))
+		qp.stats.DupReadLimited += uint64(max(n, 1) - allowed)
+		r.sendReadResponses(qp, out, s, p.BTH.PSN, allowed)
 	case op.Flags()&wire.IsAtomic != 0:
 		for _, a := range r.atomics {
 			if a.valid && a.psn == p.BTH.PSN {
@@ -401,6 +408,37 @@ func (r *responder) onDuplicate(qp *QP, p *wire.Packet, out *txBatch) {
 		}
 		r.owesAck(qp, out)
 	}
+}
+
+// A duplicate READ is read again (memory reads are idempotent), but it
+// costs us its whole length in responses for a few dozen bytes of
+// request: replayed, one 44-byte request drew 8 MiB. So a duplicate is
+// answered from its PSN for at most dupReadMax packets (what a vRoCE
+// requester asks for at once when it re-requests: readChunk; rxe asks for
+// the rest of its READ and asks again for what is still missing), and
+// the packets all duplicates of a QP draw are metered by a token bucket
+// of dupReadBurst packets, refilled at dupReadRate a second: loss
+// recovery at 1-5% stays well inside it, a replay flood does not.
+const (
+	dupReadMax   = readChunk
+	dupReadBurst = 4 * readChunk
+	dupReadRate  = 100_000 // packets a second
+)
+
+// dupReadBudget takes up to n packets from the QP's duplicate READ
+// budget and returns how many it may send.
+func (r *responder) dupReadBudget(qp *QP, n int) int {
+	now := qp.dev.now()
+	if r.dupReadAt == 0 {
+		r.dupReadTokens = dupReadBurst
+	} else {
+		idle := min(now-r.dupReadAt, int64(time.Second)) // long enough to refill it all
+		r.dupReadTokens = min(dupReadBurst, r.dupReadTokens+idle*dupReadRate/int64(time.Second))
+	}
+	r.dupReadAt = now
+	allowed := int(min(int64(min(n, dupReadMax)), r.dupReadTokens))
+	r.dupReadTokens -= int64(allowed)
+	return allowed
 }
 
 // rnr refuses a request that found no receive posted: the requester
@@ -514,11 +552,15 @@ func (r *responder) sendHeaders(qp *QP, out *txBatch, p *wire.Packet, s *wire.SA
 }
 
 // sendReadResponses sends s as READ responses starting at psn and returns
-// how many PSNs they used.
-func (r *responder) sendReadResponses(qp *QP, out *txBatch, s span, psn uint32) int {
+// how many PSNs they use; only the first limit go (all when limit is
+// negative), so that a run cut short ends without a LAST.
+func (r *responder) sendReadResponses(qp *QP, out *txBatch, s span, psn uint32, limit int) int {
 	mtu := qp.mtu
 	n := max((s.n+mtu-1)/mtu, 1)
-	for i := 0; i < n; i++ {
+	if limit < 0 {
+		limit = n
+	}
+	for i := 0; i < min(n, limit); i++ {
 		op := wire.RCReadResponseMiddle
 		switch {
 		case n == 1:

@@ -78,6 +78,7 @@ func (s *QPStats) add(q QPStats) {
 	s.ForgedResponses += q.ForgedResponses
 	s.HeldDrops += q.HeldDrops
 	s.HeldBytes += q.HeldBytes
+	s.DupReadLimited += q.DupReadLimited
 	s.CWnd = max(s.CWnd, q.CWnd)
 	s.SRTT = max(s.SRTT, q.SRTT)
 	if s.MinRTT == 0 || (q.MinRTT != 0 && q.MinRTT < s.MinRTT) {
@@ -111,6 +112,7 @@ type QPStats struct {
 	ForgedResponses  uint64 // dropped: a response (ACK, NAK, READ response, atomic ACK) naming no request in flight
 	HeldDrops        uint64 // out-of-order requests not kept: the QP's or the device's held bytes at their limit
 	HeldBytes        int    // what the QP's out-of-order requests hold now
+	DupReadLimited   uint64 // READ response packets a duplicate READ did not draw: past dupReadMax or the QP's budget
 
 	CWnd   int           // congestion window, packets
 	SRTT   time.Duration // smoothed RTT
