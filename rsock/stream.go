@@ -1,9 +1,11 @@
 package rsock
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,6 +28,22 @@ const (
 )
 
 func immediate(kind, grant int) uint32 { return uint32(kind)<<28 | uint32(min(grant, 0xffff)) }
+
+// ErrCreditViolation ends a stream whose peer sent a data message beyond
+// the credits this end granted: each would hold a buffer of the shared
+// SRQ that no reader freed (a peer granted 16 sent 768 x 64 KiB, and the
+// server buffered 48 MiB). It is an EPROTO under errors.Is.
+var ErrCreditViolation = fmt.Errorf("rsock: the peer sent more data than it was granted credits for: %w", syscall.EPROTO)
+
+// Stats are the rsock counters of this process.
+type Stats struct {
+	CreditViolations uint64 // streams reset: the peer sent beyond its credits
+}
+
+var creditViolations atomic.Uint64
+
+// ReadStats returns the rsock counters of this process.
+func ReadStats() Stats { return Stats{CreditViolations: creditViolations.Load()} }
 
 // Close behaviour.
 const (
@@ -79,8 +97,12 @@ type stream struct {
 
 	mu sync.Mutex
 	// Receiving.
-	rq      fifo[chunk]
-	owed    int  // credits earned by reading, not yet granted back
+	rq   fifo[chunk]
+	owed int // credits earned by reading, not yet granted back
+	// allowed is what the peer may still send: our window and every
+	// grant posted, less the data messages received. The receive side
+	// enforces it (ErrCreditViolation).
+	allowed int
 	peerFIN bool // the peer will send no more
 	// Sending.
 	credits  int     // data messages the peer will take
@@ -107,7 +129,7 @@ type stream struct {
 }
 
 func newStream(st *stack, qp *vroce.QP, keepAlive time.Duration) *stream {
-	return &stream{st: st, qp: qp, keepAlive: keepAlive, linger: -1,
+	return &stream{st: st, qp: qp, keepAlive: keepAlive, linger: -1, allowed: window,
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), seen: activity{rxAt: time.Now()}}
 }
 
@@ -258,6 +280,7 @@ func (s *stream) flushLocked() {
 	}
 	s.pending = nil
 	s.credits--
+	s.allowed += s.owed
 	s.owed = 0
 	s.txCount++
 	s.inflight.push(sent{buf: b, kind: kindData})
@@ -272,6 +295,7 @@ func (s *stream) controlLocked(kind int) bool {
 	if err := s.qp.PostSend(wr); err != nil {
 		return false // the send queue is full or the QP failed: a later call retries
 	}
+	s.allowed += s.owed
 	s.owed = 0
 	s.txCount++
 	s.inflight.push(sent{kind: kind})
@@ -446,7 +470,14 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 	keep := false
 	switch int(wc.Imm >> 28) {
 	case kindData:
+		s.allowed--
 		switch {
+		case s.allowed < 0:
+			if s.err == nil {
+				creditViolations.Add(1) // streams, not messages
+			}
+			s.failLocked(ErrCreditViolation)
+			s.resetLocked()
 		case s.closed || s.peerFIN:
 			// Data for a stream the application closed: as TCP, reset.
 			s.resetLocked()
