@@ -99,6 +99,15 @@ type BatchReceiver interface {
 	RecvEach(pkts []Packet, deliver func(n int)) error
 }
 
+// DropCounter is a Provider that drops some datagrams before the device
+// sees them (larger than any packet, say) and counts them; the device
+// reports the count (DeviceStats.RxProviderDrops).
+type DropCounter interface {
+	Provider
+	// Dropped is how many datagrams the provider has dropped so far.
+	Dropped() uint64
+}
+
 // ProviderConfig is what Open passes to a provider's constructor.
 type ProviderConfig struct {
 	// Addr is the local address to receive on, "host:port". Empty means

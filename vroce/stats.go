@@ -19,6 +19,9 @@ type DeviceStats struct {
 	RxBadICRC   uint64 // dropped: ICRC mismatch (corruption)
 	RxBadPKey   uint64 // dropped: a P_Key that does not match the port's (IBA 9.6.1.1)
 	RxErrors    uint64 // provider receive errors
+	// RxProviderDrops counts datagrams the provider dropped before the
+	// device saw them (DropCounter): larger than any packet, say.
+	RxProviderDrops uint64
 	RxMADs      uint64 // management datagrams handed to the GSI owner
 	TxPackets   uint64 // datagrams sent
 	TxErrors    uint64 // provider send errors
@@ -41,6 +44,9 @@ func (d *Device) Stats() DeviceStats {
 		RxPackets: s.rxPackets.Load(), RxMalformed: s.rxMalformed.Load(), RxNoQP: s.rxNoQP.Load(),
 		RxBadICRC: s.rxBadICRC.Load(), RxBadPKey: s.rxBadPKey.Load(), RxErrors: s.rxErrors.Load(), RxMADs: s.rxMADs.Load(),
 		TxPackets: s.txPackets.Load(), TxErrors: s.txErrors.Load(),
+	}
+	if dc, ok := d.prov.(DropCounter); ok {
+		out.RxProviderDrops = dc.Dropped()
 	}
 	d.mu.Lock()
 	c := &d.count

@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/ipv4"
@@ -176,6 +177,9 @@ type Provider struct {
 	roob  [][]byte
 	pend  []coalesced // what is left of the last batch
 	batch []coalesced // pend's backing array, reused
+	// dropped counts datagrams too large to be any packet (lend):
+	// written by the receiving goroutine, read by Dropped.
+	dropped atomic.Uint64
 
 	sendMu  sync.Mutex
 	bw      batchWriter
@@ -356,10 +360,12 @@ func (p *Provider) lend(pkts []vroce.Packet) int {
 	for len(p.pend) > 0 && k < len(pkts) {
 		c := &p.pend[0]
 		n := min(c.seg, len(c.data))
-		if n <= vroce.MaxPacketSize { // larger than any packet: not ours, dropped
+		if n <= vroce.MaxPacketSize {
 			pkts[k].Data = c.data[:n:n]
 			pkts[k].Addr = c.addr
 			k++
+		} else {
+			p.dropped.Add(1) // larger than any packet: not ours
 		}
 		c.data = c.data[n:]
 		if len(c.data) == 0 {
@@ -368,6 +374,11 @@ func (p *Provider) lend(pkts []vroce.Packet) int {
 	}
 	return k
 }
+
+// Dropped implements vroce.DropCounter.
+func (p *Provider) Dropped() uint64 { return p.dropped.Load() }
+
+var _ vroce.DropCounter = (*Provider)(nil)
 
 // Send implements vroce.Provider. Runs of packets marked Coalesce, to
 // one address and of one size (the last may be shorter), leave as one
