@@ -22,9 +22,9 @@ type DeviceStats struct {
 	// RxProviderDrops counts datagrams the provider dropped before the
 	// device saw them (DropCounter): larger than any packet, say.
 	RxProviderDrops uint64
-	RxMADs      uint64 // management datagrams handed to the GSI owner
-	TxPackets   uint64 // datagrams sent
-	TxErrors    uint64 // provider send errors
+	RxMADs          uint64 // management datagrams handed to the GSI owner
+	TxPackets       uint64 // datagrams sent
+	TxErrors        uint64 // provider send errors
 	// Resources counts the objects alive on the device, as `rdma resource`
 	// does: a leak shows here.
 	Resources Resources
