@@ -63,7 +63,19 @@ type Listener struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	closeOnce sync.Once
+	// halfOpen holds a token per RDMA_CM connection accepted and not yet
+	// established: each has a QP, a stream and a goroutine waiting for
+	// the RTU, so at most maxHalfOpen are; further requests wait in the
+	// connection manager's backlog, and past it are dropped unanswered
+	// (cm.Stats.BacklogDrops) and their senders try again, as rdma_ucm
+	// does. A flood of spoofed REQs, which never send an RTU, so holds
+	// maxHalfOpen QPs for the handshake timeout, not one per REQ.
+	halfOpen chan struct{}
 }
+
+// maxHalfOpen bounds a listener's RDMA_CM connections between REQ and
+// RTU: the connection manager's default backlog.
+const maxHalfOpen = cm.DefaultMaxBacklog
 
 // Listen announces on address.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (net.Listener, error) {
@@ -84,7 +96,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 		return nil, opErr(err)
 	}
 	l := &Listener{network: network, keepAlive: (&Dialer{KeepAlive: lc.KeepAlive}).keepAlive(),
-		queue: make(chan net.Conn, min(backlog, 4096)), done: make(chan struct{})}
+		queue: make(chan net.Conn, min(backlog, 4096)), done: make(chan struct{}), halfOpen: make(chan struct{}, maxHalfOpen)}
 	if mode == ModeCM {
 		l.st, err = openStack(lc.stackConfig(host, portStr, backlog))
 		if err != nil {
@@ -255,30 +267,41 @@ func (l *Listener) handshake(c *net.TCPConn) {
 func (l *Listener) acceptCM() {
 	defer l.wg.Done()
 	for {
+		select {
+		case l.halfOpen <- struct{}{}:
+		case <-l.ctx.Done():
+			return
+		}
+		done := func() { <-l.halfOpen }
 		req, err := l.cml.Accept(l.ctx)
 		if err != nil {
+			done()
 			return
 		}
 		hello, err := parseStreamHello(req.PrivateData)
 		if err != nil {
 			req.Reject(cm.RejectConsumer, []byte(err.Error()))
+			done()
 			continue
 		}
 		s, err := l.st.newStream(l.keepAlive)
 		if err != nil {
 			req.Reject(cm.RejectNoResources, nil)
+			done()
 			continue
 		}
 		s.start(hello)
 		id, err := req.Accept(s.qp, qpParams())
 		if err != nil {
 			s.teardown(false)
+			done()
 			continue
 		}
 		s.setID(id)
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
+			defer done()
 			ctx, cancel := context.WithTimeout(l.ctx, handshakeTimeout)
 			err := id.WaitEstablished(ctx)
 			cancel()
