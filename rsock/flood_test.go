@@ -49,7 +49,7 @@ func TestSpoofedREQFloodLeavesQPsUsable(t *testing.T) {
 	mad := capturedREQ(t)
 	be := binary.BigEndian
 	be.PutUint64(mad[24+8:], 0x0106<<16|uint64(l.addr.Port)) // the service ID: our port
-	copy(mad[24+140+36:], ourHello().marshal())               // a stream's private data, behind rdma_cm's header
+	copy(mad[24+140+36:], ourHello().marshal())              // a stream's private data, behind rdma_cm's header
 	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(l.st.dev.LocalAddr()))
 	require.NoError(t, err)
 	defer c.Close()
