@@ -4,9 +4,12 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"vroce.dev/vroce"
 )
 
 // TestPingpongDestIsTheToolsFormat: the address message as
@@ -111,15 +114,33 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 			srv.DevAddr, cli.DevAddr = "127.0.41.1:4791", "127.0.41.2:4791"
 			errc := make(chan error, 1)
 			go func() { errc <- c.run(&srv) }()
-			// The client retries until the server listens.
+			// The client tries again, as a person would, until the server
+			// listens.
 			var err error
-			for range 100 {
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 				if err = c.run(&cli); err == nil || !strings.Contains(err.Error(), "refused") {
 					break
 				}
 			}
 			assert.NoError(t, err, "client")
-			assert.NoError(t, <-errc, "server")
+			select {
+			case err := <-errc:
+				assert.NoError(t, err, "server")
+			case <-time.After(60 * time.Second):
+				t.Fatal("the server never finished")
+			}
 		})
 	}
+}
+
+// TestRefusalsPrintOnlyWhatHappened: the refusals line names the counters
+// that moved, and there is none when nothing was refused.
+func TestRefusalsPrintOnlyWhatHappened(t *testing.T) {
+	var b strings.Builder
+	printRefusals(&b, refusals(vroce.DeviceStats{}))
+	assert.Empty(t, b.String())
+	d := vroce.DeviceStats{RxBadPKey: 2}
+	d.QPs.ForgedResponses = 5
+	printRefusals(&b, refusals(d))
+	assert.Equal(t, " refused: bad_pkey 2, forged_responses 5\n", b.String())
 }

@@ -413,6 +413,7 @@ func runPerftest(cfg *config) error {
 	s := qp.Stats()
 	fmt.Printf("peer %v QPN %#x: %d packets sent, %d received, %d retransmitted, %d timeouts\n",
 		netip.AddrFrom16(peer.gid).Unmap(), peer.qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts)
+	printRefusals(os.Stdout, refusals(dev.Stats()))
 	return nil
 }
 

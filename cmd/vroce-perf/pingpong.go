@@ -387,6 +387,7 @@ func (p *pingpong) report(w io.Writer, took time.Duration) {
 	fmt.Fprintf(w, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, secs, float64(bytes)*8/secs/1e6)
 	fmt.Fprintf(w, "%d iters in %.2f seconds = %.2f usec/iter\n", p.cfg.Iters, secs, secs*1e6/float64(p.cfg.Iters))
 	s, d := p.qp.Stats(), p.dev.Stats()
-	fmt.Fprintf(w, "peer %v QPN %#x: %d packets sent, %d received, %d retransmitted, %d timeouts; refused: %d bad ICRC, %d wrong source\n",
-		p.peer.addr(), p.peer.qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts, d.RxBadICRC, s.WrongSource)
+	fmt.Fprintf(w, "peer %v QPN %#x: %d packets sent, %d received, %d retransmitted, %d timeouts\n",
+		p.peer.addr(), p.peer.qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts)
+	printRefusals(w, refusals(d))
 }

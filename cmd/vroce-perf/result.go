@@ -53,6 +53,9 @@ type result struct {
 	ServerBytesPerQP float64 `json:"server_bytes_per_qp"`
 	ServerRSSPerQP   float64 `json:"server_rss_per_qp"`
 	CMRetransmits    uint64  `json:"cm_retransmits"`
+	// Refused counts what this side's device refused (refusals), zeros
+	// left out.
+	Refused map[string]uint64 `json:"refused,omitempty"`
 	// CPUPerGiB is the user and system CPU seconds this process spent per
 	// GiB moved (bandwidth tests): the client's cost, and with --loopback
 	// both ends'.
@@ -117,6 +120,7 @@ func (r *result) print(w io.Writer, asJSON bool) {
 			fmt.Fprintf(w, " piggybacked ACKs %d of %d\n", r.PiggyACKs, r.ACKs+r.PiggyACKs)
 		}
 	}
+	printRefusals(w, r.Refused)
 }
 
 func (r *result) isLat() bool { return len(r.Test) > 4 && r.Test[len(r.Test)-4:] == "_lat" }

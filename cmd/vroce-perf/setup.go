@@ -129,6 +129,7 @@ func (s *side) credit(q, k int) int {
 
 // counters fills r with the transport counters of the side's QPs.
 func (s *side) counters(r *result) {
+	r.Refused = refusals(s.dev.Stats())
 	for _, qp := range s.qps {
 		st := qp.Stats()
 		r.Retransmits += st.Retransmits
