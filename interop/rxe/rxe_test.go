@@ -138,30 +138,71 @@ func checkRxe(t *testing.T, d map[string]int, sends, recvs int) {
 
 var devAddr = "--dev-addr=" + hostIP + ":4791"
 
+// exchange is one case of the matrix: a tool in the guest against
+// vroce-perf on the host, run with each end as the server.
+type exchange struct {
+	guest string   // the guest's command as server; as client the host's address follows
+	host  []string // vroce-perf's arguments as server; as client the guest's address follows
+	port  int      // what the guest's server listens on: a TCP port, 0 for rdma_cm
+	// rxe's counters to check, when sends or recvs are not zero.
+	sends, recvs int
+	// check, if set, looks at what the two said.
+	check func(t *testing.T, guestServes bool, guestOut, hostOut string)
+}
+
+// bothWays runs e with the guest as server, then as client.
+func bothWays(t *testing.T, g *guest, e exchange) {
+	t.Helper()
+	t.Run("guest serves", func(t *testing.T) { runExchange(t, g, e, true) })
+	t.Run("guest connects", func(t *testing.T) { runExchange(t, g, e, false) })
+}
+
+// runExchange runs e one way: the guest as server, or as client.
+func runExchange(t *testing.T, g *guest, e exchange, guestServes bool) {
+	t.Helper()
+	before := g.counters(t)
+	var rc int
+	var gout, out string
+	if guestServes {
+		srv := g.start(t, e.guest)
+		g.waitListening(t, e.port)
+		out = hostClient(t, g, append(append([]string(nil), e.host...), guestIP)...)
+		rc, gout = srv.wait(t, 60*time.Second)
+	} else {
+		wait := hostServer(t, g, e.host...)
+		rc, gout = g.start(t, e.guest+" "+hostIP).wait(t, 60*time.Second)
+		out = wait()
+	}
+	require.Equal(t, 0, rc, "%s:\n%s\nvroce-perf:\n%s", e.guest, gout, out)
+	if e.sends != 0 || e.recvs != 0 {
+		checkRxe(t, delta(before, g.counters(t)), e.sends, e.recvs)
+	}
+	if e.check != nil {
+		e.check(t, guestServes, gout, out)
+	}
+}
+
+// pingpong is the ibv_*_pingpong case with these arguments on both ends.
+func pingpong(tool, args string, host ...string) exchange {
+	return exchange{guest: tool + " " + args, host: append([]string{"send_lat", "--oob", "pingpong"}, host...), port: 18515}
+}
+
+// iters says both ends ran ten iterations.
+func iters(t *testing.T, guestServes bool, gout, out string) {
+	assert.Contains(t, gout, "10 iters in")
+	assert.Contains(t, out, "10 iters in")
+}
+
 // TestRCPingpong: ibv_rc_pingpong in the guest, vroce-perf on the host,
 // each as server and as client, at the tools' 4096 bytes (FIRST, MIDDLE,
 // LAST at the 1024-byte MTU) and at 13 (one padded packet).
 func TestRCPingpong(t *testing.T) {
 	g := needGuest(t)
-	for _, size := range []int{4096, 13} {
-		t.Run(fmt.Sprintf("guest serves %d B", size), func(t *testing.T) {
-			before := g.counters(t)
-			srv := g.start(t, fmt.Sprintf("ibv_rc_pingpong -g 1 -n 10 -s %d", size))
-			g.waitListening(t, 18515)
-			out := hostClient(t, g, "send_lat", "--oob", "pingpong", "-n", "10", "-s", fmt.Sprint(size), devAddr, guestIP)
-			rc, gout := srv.wait(t, 60*time.Second)
-			require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
-			assert.Contains(t, gout, "10 iters in")
-			checkRxe(t, delta(before, g.counters(t)), 10, 10)
-		})
-		t.Run(fmt.Sprintf("guest connects %d B", size), func(t *testing.T) {
-			before := g.counters(t)
-			wait := hostServer(t, g, "send_lat", "--oob", "pingpong", "-n", "10", "-s", fmt.Sprint(size), devAddr)
-			rc, gout := g.start(t, fmt.Sprintf("ibv_rc_pingpong -g 1 -n 10 -s %d %s", size, hostIP)).wait(t, 60*time.Second)
-			out := wait()
-			require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
-			assert.Contains(t, out, "10 iters in")
-			checkRxe(t, delta(before, g.counters(t)), 10, 10)
+	for _, size := range []string{"4096", "13"} {
+		t.Run(size+" B", func(t *testing.T) {
+			e := pingpong("ibv_rc_pingpong", "-g 1 -n 10 -s "+size, "-n", "10", "-s", size, devAddr)
+			e.sends, e.recvs, e.check = 10, 10, iters
+			bothWays(t, g, e)
 		})
 	}
 }
@@ -179,19 +220,7 @@ func TestRCPingpongMTU4096(t *testing.T) {
 	}
 	setMTU(9000)
 	t.Cleanup(func() { setMTU(1500) })
-	t.Run("guest serves", func(t *testing.T) {
-		srv := g.start(t, "ibv_rc_pingpong -g 1 -m 4096 -s 8192 -n 5")
-		g.waitListening(t, 18515)
-		out := hostClient(t, g, "send_lat", "--oob", "pingpong", "--mtu", "4096", "-s", "8192", "-n", "5", devAddr, guestIP)
-		rc, gout := srv.wait(t, 60*time.Second)
-		require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
-	})
-	t.Run("guest connects", func(t *testing.T) {
-		wait := hostServer(t, g, "send_lat", "--oob", "pingpong", "--mtu", "4096", "-s", "8192", "-n", "5", devAddr)
-		rc, gout := g.start(t, "ibv_rc_pingpong -g 1 -m 4096 -s 8192 -n 5 "+hostIP).wait(t, 60*time.Second)
-		out := wait()
-		require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
-	})
+	bothWays(t, g, pingpong("ibv_rc_pingpong", "-g 1 -m 4096 -s 8192 -n 5", "--mtu", "4096", "-s", "8192", "-n", "5", devAddr))
 }
 
 // TestRCPingpongIPv6: the same over RoCEv2 on IPv6 (-g 0, the link-local
@@ -203,68 +232,61 @@ func TestRCPingpongIPv6(t *testing.T) {
 	// rxe resolves a GID's link-layer address through the neighbour
 	// table and fails the QP's move to RTR while it is unresolved.
 	g.sh(t, "i=0; until ping6 -c 1 -W 1 "+hostLL+"%eth0 >/dev/null; do i=$((i+1)); [ $i -gt 20 ] && exit 1; sleep 0.2; done")
-	t.Run("guest serves", func(t *testing.T) {
-		before := g.counters(t)
-		srv := g.start(t, "ibv_rc_pingpong -g 0 -n 10")
-		g.waitListening(t, 18515)
-		out := hostClient(t, g, "send_lat", "--oob", "pingpong", "-n", "10", dev6, guestIP)
-		rc, gout := srv.wait(t, 60*time.Second)
-		require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
-		checkRxe(t, delta(before, g.counters(t)), 10, 10)
-	})
-	t.Run("guest connects", func(t *testing.T) {
-		before := g.counters(t)
-		wait := hostServer(t, g, "send_lat", "--oob", "pingpong", "-n", "10", dev6)
-		rc, gout := g.start(t, "ibv_rc_pingpong -g 0 -n 10 "+hostIP).wait(t, 60*time.Second)
-		out := wait()
-		require.Equal(t, 0, rc, "ibv_rc_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
-		checkRxe(t, delta(before, g.counters(t)), 10, 10)
-	})
+	e := pingpong("ibv_rc_pingpong", "-g 0 -n 10", "-n", "10", dev6)
+	e.sends, e.recvs, e.check = 10, 10, iters
+	bothWays(t, g, e)
 }
 
 // TestUDPingpong: ibv_ud_pingpong, whose datagrams rxe sends from a port
 // hashed from its QPN and with counting IPv4 IDs.
 func TestUDPingpong(t *testing.T) {
 	g := needGuest(t)
-	t.Run("guest serves", func(t *testing.T) {
-		srv := g.start(t, "ibv_ud_pingpong -g 1 -n 10 -s 512")
-		g.waitListening(t, 18515)
-		out := hostClient(t, g, "send_lat", "--oob", "pingpong", "--conn", "UD", "-n", "10", "-s", "512", devAddr, guestIP)
-		rc, gout := srv.wait(t, 60*time.Second)
-		require.Equal(t, 0, rc, "ibv_ud_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
-	})
-	t.Run("guest connects", func(t *testing.T) {
-		wait := hostServer(t, g, "send_lat", "--oob", "pingpong", "--conn", "UD", "-n", "10", "-s", "512", devAddr)
-		rc, gout := g.start(t, "ibv_ud_pingpong -g 1 -n 10 -s 512 "+hostIP).wait(t, 60*time.Second)
-		out := wait()
-		require.Equal(t, 0, rc, "ibv_ud_pingpong:\n%s\nvroce-perf:\n%s", gout, out)
-	})
+	bothWays(t, g, pingpong("ibv_ud_pingpong", "-g 1 -n 10 -s 512", "--conn", "UD", "-n", "10", "-s", "512", devAddr))
+}
+
+// perftest is the perftest case of test (write_bw, ...) with these
+// arguments on both ends, over its TCP exchange or with -R.
+func perftest(test, args string, rdmaCM bool) exchange {
+	e := exchange{guest: "ib_" + test + " " + args, host: append([]string{test, "--oob", "perftest"}, strings.Fields(args)...), port: 18515}
+	if rdmaCM {
+		e.guest += " -R"
+		e.host = append(e.host, "-R")
+		e.port = 0
+	} else {
+		e.guest += " -x 1"
+	}
+	e.host = append(e.host, devAddr)
+	return e
+}
+
+// reported checks the client printed perftest's result line for 50 8 KiB
+// messages.
+func reported(t *testing.T, guestServes bool, gout, out string) {
+	if guestServes {
+		assert.Contains(t, out, "8192       50")
+	} else {
+		assert.Contains(t, gout, " 8192       50")
+	}
 }
 
 // TestPerftest: ib_write_bw, ib_read_bw and ib_send_bw in the guest against
 // vroce-perf --oob perftest, each end as server and as client: perftest's
-// TCP exchange, then 8 KiB WRITEs or READs (eight packets each at the
-// 1024-byte MTU; READ responses carry the data back).
+// TCP exchange, then 8 KiB WRITEs, READs or SENDs (eight packets each at
+// the 1024-byte MTU; READ responses carry the data back).
 func TestPerftest(t *testing.T) {
 	g := needGuest(t)
 	for _, test := range []string{"write_bw", "read_bw", "send_bw"} {
-		tool := "ib_" + test
-		t.Run(test+" guest serves", func(t *testing.T) {
-			srv := g.start(t, tool+" -x 1 -n 50 -s 8192")
-			g.waitListening(t, 18515)
-			out := hostClient(t, g, test, "--oob", "perftest", "-n", "50", "-s", "8192", devAddr, guestIP)
-			rc, gout := srv.wait(t, 60*time.Second)
-			require.Equal(t, 0, rc, "%s:\n%s\nvroce-perf:\n%s", tool, gout, out)
-			assert.Contains(t, out, "8192       50")
-		})
-		t.Run(test+" guest connects", func(t *testing.T) {
-			wait := hostServer(t, g, test, "--oob", "perftest", "-n", "50", "-s", "8192", devAddr)
-			rc, gout := g.start(t, fmt.Sprintf("%s -x 1 -n 50 -s 8192 %s", tool, hostIP)).wait(t, 60*time.Second)
-			out := wait()
-			require.Equal(t, 0, rc, "%s:\n%s\nvroce-perf:\n%s", tool, gout, out)
-			assert.Contains(t, gout, " 8192       50")
+		t.Run(test, func(t *testing.T) {
+			e := perftest(test, "-n 50 -s 8192", false)
+			e.check = reported
+			bothWays(t, g, e)
 		})
 	}
+}
+
+// TestPerftestSendLat: ib_send_lat's ping-pong of padded 13-byte SENDs.
+func TestPerftestSendLat(t *testing.T) {
+	bothWays(t, needGuest(t), perftest("send_lat", "-n 20 -s 13", false))
 }
 
 // TestPerftestRDMACM: perftest's -R, no TCP: the exchange as SENDs on a
@@ -273,41 +295,8 @@ func TestPerftest(t *testing.T) {
 func TestPerftestRDMACM(t *testing.T) {
 	g := needGuest(t)
 	for _, test := range []string{"write_bw", "read_bw", "send_lat"} {
-		tool := "ib_" + test
-		t.Run(test+" guest serves", func(t *testing.T) {
-			srv := g.start(t, tool+" -R -n 20 -s 4096")
-			g.waitListening(t, 0)
-			out := hostClient(t, g, test, "--oob", "perftest", "-R", "-n", "20", "-s", "4096", devAddr, guestIP)
-			rc, gout := srv.wait(t, 60*time.Second)
-			require.Equal(t, 0, rc, "%s -R:\n%s\nvroce-perf:\n%s", tool, gout, out)
-		})
-		t.Run(test+" guest connects", func(t *testing.T) {
-			wait := hostServer(t, g, test, "--oob", "perftest", "-R", "-n", "20", "-s", "4096", devAddr)
-			rc, gout := g.start(t, fmt.Sprintf("%s -R -n 20 -s 4096 %s", tool, hostIP)).wait(t, 60*time.Second)
-			out := wait()
-			require.Equal(t, 0, rc, "%s -R:\n%s\nvroce-perf:\n%s", tool, gout, out)
-		})
+		t.Run(test, func(t *testing.T) { bothWays(t, g, perftest(test, "-n 20 -s 4096", true)) })
 	}
-}
-
-// TestPerftestSendLat: ib_send_lat's ping-pong of padded 13-byte SENDs.
-func TestPerftestSendLat(t *testing.T) {
-	g := needGuest(t)
-	t.Run("guest serves", func(t *testing.T) {
-		srv := g.start(t, "ib_send_lat -x 1 -n 20 -s 13")
-		g.waitListening(t, 18515)
-		out := hostClient(t, g, "send_lat", "--oob", "perftest", "-n", "20", "-s", "13", devAddr, guestIP)
-		rc, gout := srv.wait(t, 60*time.Second)
-		require.Equal(t, 0, rc, "ib_send_lat:\n%s\nvroce-perf:\n%s", gout, out)
-		assert.Contains(t, out, "20 iters in")
-	})
-	t.Run("guest connects", func(t *testing.T) {
-		wait := hostServer(t, g, "send_lat", "--oob", "perftest", "-n", "20", "-s", "13", devAddr)
-		rc, gout := g.start(t, "ib_send_lat -x 1 -n 20 -s 13 "+hostIP).wait(t, 60*time.Second)
-		out := wait()
-		require.Equal(t, 0, rc, "ib_send_lat:\n%s\nvroce-perf:\n%s", gout, out)
-		assert.Contains(t, gout, " 13 ")
-	})
 }
 
 // TestRping: librdmacm's rping in the guest against vroce-perf rping,
@@ -316,19 +305,13 @@ func TestPerftestSendLat(t *testing.T) {
 // every echo (-V), and vroce-perf's server checks what it read.
 func TestRping(t *testing.T) {
 	g := needGuest(t)
+	host := []string{"rping", "-n", "5", "-s", "64", devAddr}
 	t.Run("guest serves", func(t *testing.T) {
-		srv := g.start(t, "rping -s -a "+guestIP+" -C 5 -S 64 -V")
-		g.waitListening(t, 0)
-		out := hostClient(t, g, "rping", "-n", "5", "-s", "64", devAddr, guestIP)
-		rc, gout := srv.wait(t, 60*time.Second)
-		require.Equal(t, 0, rc, "rping:\n%s\nvroce-perf:\n%s", gout, out)
-		assert.Contains(t, out, "5 pings of 64 bytes")
+		runExchange(t, g, exchange{guest: "rping -s -a " + guestIP + " -C 5 -S 64 -V", host: host, port: 0,
+			check: func(t *testing.T, _ bool, _, out string) { assert.Contains(t, out, "5 pings of 64 bytes") }}, true)
 	})
 	t.Run("guest connects", func(t *testing.T) {
-		wait := hostServer(t, g, "rping", "-n", "5", "-s", "64", devAddr)
-		rc, gout := g.start(t, "rping -c -a "+hostIP+" -C 5 -S 64 -V -v").wait(t, 60*time.Second)
-		out := wait()
-		require.Equal(t, 0, rc, "rping:\n%s\nvroce-perf:\n%s", gout, out)
-		assert.Contains(t, gout, "ping data: rdma-ping-4: ")
+		runExchange(t, g, exchange{guest: "rping -c -C 5 -S 64 -V -v -a", host: host,
+			check: func(t *testing.T, _ bool, gout, _ string) { assert.Contains(t, gout, "ping data: rdma-ping-4: ") }}, false)
 	})
 }
