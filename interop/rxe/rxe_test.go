@@ -223,18 +223,33 @@ func TestRCPingpongMTU4096(t *testing.T) {
 	bothWays(t, g, pingpong("ibv_rc_pingpong", "-g 1 -m 4096 -s 8192 -n 5", "--mtu", "4096", "-s", "8192", "-n", "5", devAddr))
 }
 
-// TestRCPingpongIPv6: the same over RoCEv2 on IPv6 (-g 0, the link-local
-// GIDs): rxe sends UDP checksum 0, which the udp provider takes
-// (UDP_NO_CHECK6_RX), and IPv6 has no ID for the ICRC to cover.
-func TestRCPingpongIPv6(t *testing.T) {
+// TestIPv6: the ping-pongs and perftest over RoCEv2 on IPv6 (-g 0 and
+// -x 0, the link-local GIDs): rxe sends UDP checksum 0, which the udp
+// provider takes (UDP_NO_CHECK6_RX), and IPv6 has no ID for the ICRC to
+// cover.
+func TestIPv6(t *testing.T) {
 	g := needGuest(t)
 	dev6 := "--dev-addr=[" + hostLL + "%" + g.tap + "]:4791"
 	// rxe resolves a GID's link-layer address through the neighbour
 	// table and fails the QP's move to RTR while it is unresolved.
-	g.sh(t, "i=0; until ping6 -c 1 -W 1 "+hostLL+"%eth0 >/dev/null; do i=$((i+1)); [ $i -gt 20 ] && exit 1; sleep 0.2; done")
-	e := pingpong("ibv_rc_pingpong", "-g 0 -n 10", "-n", "10", dev6)
-	e.sends, e.recvs, e.check = 10, 10, iters
-	bothWays(t, g, e)
+	g.sh(t, "i=0; until ping6 -c 1 -W 1 "+hostLL+"%eth0 >/dev/null; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done")
+	t.Run("rc_pingpong", func(t *testing.T) {
+		e := pingpong("ibv_rc_pingpong", "-g 0 -n 10", "-n", "10", dev6)
+		e.sends, e.recvs, e.check = 10, 10, iters
+		bothWays(t, g, e)
+	})
+	t.Run("ud_pingpong", func(t *testing.T) {
+		bothWays(t, g, pingpong("ibv_ud_pingpong", "-g 0 -n 10 -s 512", "--conn", "UD", "-n", "10", "-s", "512", dev6))
+	})
+	for _, test := range []string{"write_bw", "read_bw", "send_bw"} {
+		t.Run(test, func(t *testing.T) {
+			e := perftest(test, "-n 50 -s 8192", false)
+			e.guest = strings.Replace(e.guest, "-x 1", "-x 0", 1)
+			e.host[len(e.host)-1] = dev6
+			e.check = reported
+			bothWays(t, g, e)
+		})
+	}
 }
 
 // TestUDPingpong: ibv_ud_pingpong, whose datagrams rxe sends from a port
