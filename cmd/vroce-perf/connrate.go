@@ -198,6 +198,9 @@ func driveConnRate(cfg *config, c *control, network *sim.Network) ([]*result, er
 	if s.m != nil {
 		st := s.m.Stats()
 		r.CMRetransmits = st.Retransmits
+		r.Refused = refusals(s.dev.Stats())
+		addRefusal(&r.Refused, "cm_backlog_drops", st.BacklogDrops)
+		addRefusal(&r.Refused, "cm_malformed", st.Malformed)
 	}
 	if err := c.send(connDone{Established: r.Established}); err != nil {
 		return nil, err

@@ -34,6 +34,18 @@ func refusals(d vroce.DeviceStats) map[string]uint64 {
 	return all
 }
 
+// addRefusal adds a counter of another layer's (rsock, cm) to m, if it
+// moved.
+func addRefusal(m *map[string]uint64, name string, v uint64) {
+	if v == 0 {
+		return
+	}
+	if *m == nil {
+		*m = map[string]uint64{}
+	}
+	(*m)[name] = v
+}
+
 // printRefusals writes the refusals as one line, if there are any.
 func printRefusals(w io.Writer, r map[string]uint64) {
 	if len(r) == 0 {

@@ -88,6 +88,7 @@ func (r *result) print(w io.Writer, asJSON bool) {
 		if r.Mode == "cm" {
 			fmt.Fprintf(w, " CM messages repeated: %d\n", r.CMRetransmits)
 		}
+		printRefusals(w, r.Refused)
 		return
 	}
 	if len(r.Test) > 7 && r.Test[:7] == "stream_" {

@@ -146,10 +146,12 @@ func streamClient(cfg *config, conn net.Conn, provider string) (*result, error) 
 		return nil, fmt.Errorf("the stream fell back to %s", t.Transport())
 	}
 	w := workload.Stream{Test: cfg.Test, Size: cfg.Size, Iters: cfg.Iters, Verify: cfg.Verify}
+	violations := rsock.ReadStats().CreditViolations
 	run, err := w.Client(conn)
 	if err != nil {
 		return nil, err
 	}
+	addRefusal(&r.Refused, "credit_violations", rsock.ReadStats().CreditViolations-violations)
 	if cfg.Test == "stream_lat" {
 		r.setLatency(run.Samples, run.Elapsed)
 	} else {
