@@ -6,12 +6,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"vroce.dev/internal/pcap"
+	"vroce.dev/internal/verbstest"
 	"vroce.dev/vroce"
 	"vroce.dev/vroce/wire"
 )
@@ -72,7 +72,7 @@ func TestSpoofedREQFloodLeavesQPsUsable(t *testing.T) {
 		}
 		// Let the device take the batch before the next (a socket buffer
 		// holds a few thousand of them).
-		waitFor(t, "the REQs taken", func() bool { return l.st.cm.Stats().Received.REQ >= uint64(sent)*9/10 })
+		verbstest.WaitFor(t, "the REQs taken", func() bool { return l.st.cm.Stats().Received.REQ >= uint64(sent)*9/10 })
 	}
 	s := l.st.cm.Stats()
 	t.Logf("REQs received %d, backlog drops %d, QPs %d", s.Received.REQ, s.BacklogDrops, l.st.dev.Stats().Resources.QP)
@@ -83,17 +83,4 @@ func TestSpoofedREQFloodLeavesQPsUsable(t *testing.T) {
 	qp, err := l.st.pd.CreateQP(qpAttr(l.st)) // the positive control: max_qp is not spent
 	require.NoError(t, err)
 	qp.Destroy()
-}
-
-// waitFor polls cond, which watches counters another goroutine moves,
-// for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
 }

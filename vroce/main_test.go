@@ -21,6 +21,7 @@ var (
 	fill            = verbstest.Fill
 	defaultOpts     = verbstest.DefaultOpts
 	simPair         = verbstest.SimPair
+	waitFor         = verbstest.WaitFor
 )
 
 // waitEvent waits up to 5 seconds for an asynchronous event of type typ

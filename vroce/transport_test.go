@@ -534,19 +534,6 @@ func TestRNROnWriteWithImmediateRetriesTheSamePacket(t *testing.T) {
 	}
 }
 
-// waitFor polls cond, a fact about counters that must become true, for up
-// to 5 seconds: a condition to wait for, not a sleep standing in for one.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(50 * time.Microsecond)
-	}
-}
-
 func o(n *node) int { return int(n.QP.Attr().PathMTU) }
 
 func allZero(b []byte) bool {

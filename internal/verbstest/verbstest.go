@@ -165,3 +165,16 @@ func Fill(b []byte, seed byte) {
 		b[i] = byte(i*7+i>>8) + seed
 	}
 }
+
+// WaitFor polls cond, which watches what another goroutine moves (a
+// device's counters, say), until it holds or 10 s pass.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
