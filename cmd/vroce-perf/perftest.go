@@ -312,7 +312,7 @@ func runPerftest(cfg *config) error {
 		return err
 	}
 	outReads := min(16, dev.Attr().MaxQPRdAtom)
-	mine := pfKeys{outReads: uint16(outReads), qpn: qp.QPN(), psn: uint32(time.Now().UnixNano()) & 0xffffff,
+	mine := pfKeys{outReads: uint16(outReads), qpn: qp.QPN(), psn: randomPSN(),
 		rkey: mr.RKey(), vaddr: mr.Addr(), gid: local.As16()}
 	var peer pfKeys
 	if cfg.RDMACM {

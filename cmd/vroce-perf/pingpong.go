@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +97,16 @@ func (d *ppDest) addr() netip.Addr { return netip.AddrFrom16(d.gid).Unmap() }
 
 // gidOf is the RoCEv2 GID of an address: IPv4 mapped into IPv6.
 func gidOf(a netip.Addr) [16]byte { return a.As16() }
+
+// randomPSN is a QP's initial PSN, unguessable as vRoCE's own are (the
+// tools use lrand48; a peer cannot tell).
+func randomPSN() uint32 {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("vroce-perf: no system randomness: " + err.Error())
+	}
+	return binary.LittleEndian.Uint32(b[:]) & 0xffffff
+}
 
 // pingpong is one end of a ping-pong run.
 type pingpong struct {
@@ -243,7 +255,7 @@ func newPingpong(cfg *config, local netip.Addr) (*pingpong, error) {
 	if err != nil {
 		return fail(err)
 	}
-	p.psn = uint32(time.Now().UnixNano()) & 0xffffff
+	p.psn = randomPSN()
 	return p, nil
 }
 
