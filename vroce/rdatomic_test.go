@@ -27,14 +27,13 @@ type readTap struct {
 	vroce.Provider
 	mtu int
 
-	mu          sync.Mutex
-	asked       bool   // any request sent yet
-	high        uint32 // the highest PSN any request asked for
-	open        []uint32
-	again       int // requests asking again
-	requests    int
-	outstanding int
-	most        int
+	mu       sync.Mutex
+	asked    bool   // any request sent yet
+	high     uint32 // the highest PSN any request asked for
+	open     []uint32
+	again    int // requests asking again
+	requests int
+	most     int
 }
 
 // after is a > b in 24-bit PSN space.

@@ -20,7 +20,6 @@ import (
 type rxeLike struct {
 	t       *testing.T
 	network *sim.Network
-	qpn     uint32
 }
 
 // sendOnly sends a SEND_ONLY with payload to qp at psn, from src, sealed
