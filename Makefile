@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test vet fmt-check demo bench bench-page bench-targets bench-scale bench-afxdp interop fuzz clean
+.PHONY: all build test vet lint fmt-check demo bench bench-page bench-targets bench-scale bench-afxdp interop fuzz clean
 
 all: build
 
@@ -21,6 +21,15 @@ vet:
 	CGO_ENABLED=0 $(GO) vet ./...
 	cd bench/quic && $(GO) vet ./...
 
+# staticcheck over both modules, when it is installed (.ci/run installs
+# it: go install honnef.co/go/tools/cmd/staticcheck@v0.8.2); elsewhere it
+# says it was skipped.
+STATICCHECK ?= $(shell command -v staticcheck || echo $(HOME)/go/bin/staticcheck)
+lint:
+	@if [ -x "$(STATICCHECK)" ]; then \
+	  $(STATICCHECK) ./... && cd bench/quic && $(STATICCHECK) ./...; \
+	else echo "staticcheck not installed: skipped (go install honnef.co/go/tools/cmd/staticcheck@v0.8.2)"; fi
+
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -32,7 +41,7 @@ fmt-check:
 # the rdma_rxe interop matrix (root and qemu; about 40 s with the guest
 # built, 25 s more to build it), on its own: its TCG guest would take a
 # core from the timing of the tests beside it.
-test: fmt-check vet build
+test: fmt-check vet lint build
 	$(GO) test -race -count=1 -timeout 12m $$($(GO) list ./... | grep -v /interop/)
 	cd bench/quic && $(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run 'NoAllocation' ./...
