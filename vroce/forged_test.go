@@ -11,6 +11,7 @@ import (
 
 	"vroce.dev/providers/sim"
 	"vroce.dev/vroce"
+	"vroce.dev/vroce/cm"
 	"vroce.dev/vroce/wire"
 )
 
@@ -163,29 +164,12 @@ func (f *fakePeer) sendKey(p *wire.Packet, key uint16) {
 	f.rxeLike.sendWith(fakeSource, f.qp, 0, p, func(p *wire.Packet) { p.BTH.PKey = key })
 }
 
-// srQPTo is rcQPTo for a QP that negotiated selective repeat, with a path
-// MTU of mtu, and an MR the peer may write and read.
-func srQPTo(t *testing.T, network *sim.Network, peer netip.AddrPort, mtu vroce.MTU) (*vroce.QP, *vroce.MR) {
+// srQPTo is qpTo for a QP that negotiated selective repeat, with a path
+// MTU of mtu, and a 1 MiB MR the peer may write and read.
+func srQPTo(t *testing.T, network *sim.Network, addr netip.AddrPort, mtu vroce.MTU) (*vroce.QP, *vroce.MR) {
 	t.Helper()
-	dev, err := vroce.Open(vroce.Config{Provider: "sim", Addr: "10.0.0.2:4791", ProviderOptions: network})
-	require.NoError(t, err)
-	t.Cleanup(func() { dev.Close() })
-	pd, _ := dev.AllocPD()
-	cq, _ := dev.CreateCQ(64)
-	mr, err := pd.RegMR(make([]byte, 1<<20), vroce.AccessLocalWrite|vroce.AccessRemoteWrite|vroce.AccessRemoteRead)
-	require.NoError(t, err)
-	qp, err := pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq, Cap: vroce.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(t, err)
-	for _, s := range []struct {
-		a vroce.QPAttr
-		m vroce.QPAttrMask
-	}{
-		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: vroce.AccessRemoteWrite | vroce.AccessRemoteRead}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
-		{vroce.QPAttr{State: vroce.QPSRTR, Dest: peer, PathMTU: mtu, DestQPN: 0x11, RQPSN: 500, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true},
-			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat},
-	} {
-		require.NoError(t, qp.Modify(&s.a, s.m))
-	}
+	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: addr, MTU: mtu, SelectiveRepeat: true},
+		vroce.AccessRemoteWrite|vroce.AccessRemoteRead, 1<<20)
 	return qp, mr
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"vroce.dev/providers/sim"
 	"vroce.dev/vroce"
+	"vroce.dev/vroce/cm"
 	"vroce.dev/vroce/wire"
 )
 
@@ -57,32 +58,29 @@ func (r *rxeLike) sendWith(src netip.AddrPort, qp *vroce.QP, id uint16, p *wire.
 	require.NoError(r.t, ep.Send([]vroce.Packet{{Data: b, Addr: qp.Device().LocalAddr()}}))
 }
 
-// rcQPTo opens a device on network and an RC QP in RTS aimed at peer (its
-// QPN 0x11, its first PSN 100), receiving from PSN 500.
-func rcQPTo(t *testing.T, network *sim.Network, peer netip.AddrPort, strict bool) (*vroce.QP, *vroce.CQ, *vroce.MR) {
+// qpTo opens a device on network and an RC QP on it, moved to RTS by
+// cm.Connect towards peer (whose first PSN is peer.PSN; ours is 100), with
+// an MR of size bytes the peer may access as access says.
+func qpTo(t *testing.T, network *sim.Network, peer cm.Peer, access vroce.Access, size int) (*vroce.QP, *vroce.CQ, *vroce.MR) {
 	t.Helper()
 	dev, err := vroce.Open(vroce.Config{Provider: "sim", Addr: "10.0.0.2:4791", ProviderOptions: network})
 	require.NoError(t, err)
 	t.Cleanup(func() { dev.Close() })
 	pd, _ := dev.AllocPD()
 	cq, _ := dev.CreateCQ(64)
-	mr, err := pd.RegMR(make([]byte, 4096), vroce.AccessLocalWrite)
+	mr, err := pd.RegMR(make([]byte, size), vroce.AccessLocalWrite|access)
 	require.NoError(t, err)
 	qp, err := pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq, Cap: vroce.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
-	steps := []struct {
-		a vroce.QPAttr
-		m vroce.QPAttrMask
-	}{
-		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: vroce.AccessLocalWrite}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
-		{vroce.QPAttr{State: vroce.QPSRTR, Dest: peer, PathMTU: vroce.MTU1024, DestQPN: 0x11, RQPSN: 500, MaxDestRdAtomic: 1, MinRNRTimer: 1, StrictSourcePort: strict},
-			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrStrictSourcePort},
-		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
-	}
-	for _, s := range steps {
-		require.NoError(t, qp.Modify(&s.a, s.m))
-	}
+	require.NoError(t, cm.Connect(qp, 100, peer, cm.Params{Access: access, MaxRdAtomic: 1}))
+	return qp, cq, mr
+}
+
+// rcQPTo is qpTo for a QP aimed at addr (QPN 0x11, receiving from PSN
+// 500, path MTU 1024) with one receive posted.
+func rcQPTo(t *testing.T, network *sim.Network, addr netip.AddrPort, strict bool) (*vroce.QP, *vroce.CQ, *vroce.MR) {
+	t.Helper()
+	qp, cq, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: addr, MTU: vroce.MTU1024, StrictSourcePort: strict}, 0, 4096)
 	require.NoError(t, qp.PostRecv(vroce.RecvWR{ID: 1, SGL: []vroce.SGE{mr.SGE(0, 4096)}}))
 	return qp, cq, mr
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"vroce.dev/vroce"
+	"vroce.dev/vroce/cm"
 )
 
 // --oob perftest: the TCP exchange of perftest's ib_write_bw, ib_read_bw,
@@ -332,7 +333,7 @@ func runPerftest(cfg *config) error {
 		if peer, err = p.keys(&mine); err != nil {
 			return err
 		}
-		if err := pfConnect(qp, &mine, &peer, mtu, dev.Attr().MaxQPRdAtom); err != nil {
+		if err := pfConnect(qp, &mine, &peer, mtu); err != nil {
 			return err
 		}
 	}
@@ -445,23 +446,14 @@ func openPerftestDevice(cfg *config, local netip.Addr) (*vroce.Device, error) {
 	return vroce.Open(vroce.Config{Provider: cfg.Provider, Addr: addr, ProviderOptions: cfg.providerOptions()})
 }
 
-// pfConnect moves the QP to RTS as perftest's ctx_connect does.
-func pfConnect(qp *vroce.QP, mine, peer *pfKeys, mtu vroce.MTU, maxRd int) error {
+// pfConnect moves the QP to RTS as perftest's ctx_connect does: min RNR
+// timer 12, our out_reads answered, the peer's issued at most.
+func pfConnect(qp *vroce.QP, mine, peer *pfKeys, mtu vroce.MTU) error {
 	dest := netip.AddrPortFrom(netip.AddrFrom16(peer.gid).Unmap(), 4791)
-	steps := []struct {
-		a vroce.QPAttr
-		m vroce.QPAttrMask
-	}{
-		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: vroce.AccessRemoteWrite | vroce.AccessRemoteRead}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
-		{vroce.QPAttr{State: vroce.QPSRTR, Dest: dest, PathMTU: mtu, DestQPN: peer.qpn, RQPSN: peer.psn, MaxDestRdAtomic: int(mine.outReads), MinRNRTimer: 12},
-			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer},
-		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: mine.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: min(max(int(peer.outReads), 1), maxRd)},
-			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
-	}
-	for _, s := range steps {
-		if err := qp.Modify(&s.a, s.m); err != nil {
-			return fmt.Errorf("perftest: connect to %v: %w", dest, err)
-		}
+	err := cm.Connect(qp, mine.psn, cm.Peer{QPN: peer.qpn, PSN: peer.psn, Addr: dest, MTU: mtu, MaxRdAtomic: max(int(peer.outReads), 1)},
+		cm.Params{Access: vroce.AccessRemoteWrite | vroce.AccessRemoteRead, MinRNRTimer: 12, MaxRdAtomic: int(mine.outReads)})
+	if err != nil {
+		return fmt.Errorf("perftest: connect to %v: %w", dest, err)
 	}
 	return nil
 }

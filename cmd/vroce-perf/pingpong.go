@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"vroce.dev/vroce"
+	"vroce.dev/vroce/cm"
 )
 
 // --oob pingpong: the out-of-band exchange and the ping-pong of rdma-core's
@@ -276,7 +277,7 @@ func (p *pingpong) connect(peer ppDest) error {
 
 // connectQP moves the QP to RTS with the attributes the tools use: path
 // MTU -m (1024), min RNR timer 12, timeout 14, seven retries, one
-// READ/atomic each way.
+// READ/atomic each way (cm.Connect's defaults, but for those it is told).
 func (p *pingpong) connectQP(peer ppDest) error {
 	p.peer = peer
 	dest := netip.AddrPortFrom(peer.addr(), 4791)
@@ -305,20 +306,10 @@ func (p *pingpong) connectQP(peer ppDest) error {
 	if mtu == 0 {
 		mtu = vroce.MTU1024
 	}
-	steps := []struct {
-		a vroce.QPAttr
-		m vroce.QPAttrMask
-	}{
-		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: 0}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
-		{vroce.QPAttr{State: vroce.QPSRTR, Dest: dest, PathMTU: mtu, DestQPN: peer.qpn, RQPSN: peer.psn, MaxDestRdAtomic: 1, MinRNRTimer: 12},
-			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN | vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer},
-		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: p.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},
-	}
-	for _, s := range steps {
-		if err := p.qp.Modify(&s.a, s.m); err != nil {
-			return fmt.Errorf("pingpong: connect to %v: %w", dest, err)
-		}
+	err := cm.Connect(p.qp, p.psn, cm.Peer{QPN: peer.qpn, PSN: peer.psn, Addr: dest, MTU: mtu, MaxRdAtomic: 1},
+		cm.Params{MinRNRTimer: 12, MaxRdAtomic: 1})
+	if err != nil {
+		return fmt.Errorf("pingpong: connect to %v: %w", dest, err)
 	}
 	return nil
 }
