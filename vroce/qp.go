@@ -504,9 +504,12 @@ func (qp *QP) toErrorLocked() {
 	}
 	wasReset := qp.state == QPSReset
 	if qp.resp.ackPending && qp.typ == RC && !wasReset {
-		// An ACK owed for requests already executed leaves now, before
-		// whatever made the QP fail (a disconnect's DREQ, say) can
-		// overtake it at the end of the receive batch.
+		// An ACK owed for requests already executed leaves now: their
+		// completions may have been acted on (a disconnect, whose DREQ
+		// would otherwise overtake the ACK owed to the end of the receive
+		// batch), and a requester that never hears of them flushes work
+		// the peer did. A hardware responder's ACK leaves before the
+		// completion is seen.
 		b := qp.dev.getBatch()
 		qp.sendOwedAckLocked(b)
 		qp.dev.flush(b)

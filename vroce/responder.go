@@ -486,12 +486,8 @@ func (qp *QP) sendOwedAck(out *txBatch) {
 // sendOwedAckLocked is sendOwedAck under qp.mu.
 func (qp *QP) sendOwedAckLocked(out *txBatch) {
 	r := &qp.resp
-	// Owed for requests executed before any move to ERR, whose
-	// completions the application may have acted on already (say, by
-	// disconnecting): the requester must hear of them, or it flushes
-	// work the peer did. A hardware responder's ACK leaves before the
-	// completion is seen.
-	if r.ackPending && qp.state != QPSReset {
+	// A QP moving to ERR sends what it owes first (toErrorLocked).
+	if r.ackPending && qp.state != QPSErr && qp.state != QPSReset {
 		r.ackPending = false
 		var s wire.SACK
 		if r.dupOwed {
