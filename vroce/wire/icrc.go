@@ -208,6 +208,9 @@ type Sealer struct {
 	Flow Flow
 	lens [2]int    // the packet lengths crcs are for, the latest first; 0 for none
 	crcs [2]uint32 // headersCRC for packets of those lengths
+	// unshift, for those lengths, moves a CRC difference back over the
+	// bytes after the IPv4 ID (CheckUnknownID); 0 until first needed.
+	unshift [2]uint32
 }
 
 func (s *Sealer) headers(n int) (uint32, bool) {
@@ -217,6 +220,7 @@ func (s *Sealer) headers(n int) (uint32, bool) {
 	if n == s.lens[1] && n != 0 {
 		s.lens[0], s.lens[1] = s.lens[1], s.lens[0]
 		s.crcs[0], s.crcs[1] = s.crcs[1], s.crcs[0]
+		s.unshift[0], s.unshift[1] = s.unshift[1], s.unshift[0]
 		return s.crcs[0], true
 	}
 	var b [MaxHeaderSpace]byte
@@ -226,8 +230,8 @@ func (s *Sealer) headers(n int) (uint32, bool) {
 	}
 	crc, ok := headersCRC(ip, udp)
 	if ok {
-		s.lens[1], s.crcs[1] = s.lens[0], s.crcs[0]
-		s.lens[0], s.crcs[0] = n, crc
+		s.lens[1], s.crcs[1], s.unshift[1] = s.lens[0], s.crcs[0], s.unshift[0]
+		s.lens[0], s.crcs[0], s.unshift[0] = n, crc, 0
 	}
 	return crc, ok
 }

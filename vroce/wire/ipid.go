@@ -22,22 +22,24 @@ import (
 const pseudoIDOffset = pseudoLRHLen + 4
 
 // checkUnknownID reports whether some IPv4 ID makes got the ICRC of a
-// packet whose ICRC with ID 0 is want, and which; n is the length of the
-// packet, BTH to ICRC.
-func checkUnknownID(got, want uint32, n int) (uint16, bool) {
+// packet whose ICRC with ID 0 is want, and which; unshift is idUnshift of
+// the packet's length.
+func checkUnknownID(got, want, unshift uint32) (uint16, bool) {
 	if got == want {
 		return 0, true
 	}
-	// The pseudo packet is LRH, IPv4 and UDP headers, then the packet
-	// less its ICRC; the ID is followed by all of it from offset 14 on.
-	after := pseudoLRHLen + ipv4HdrLen + udpHdrLen + n - ICRCLen - (pseudoIDOffset + 2)
-	if n < BTHLen+ICRCLen || after < 0 {
-		return 0, false
-	}
 	// got ^ want is the CRC register of the two ID bytes run from zero,
 	// then moved over the bytes after them; move it back.
-	reg := multModP(xPowInverse(8*uint64(after)), got^want)
-	return idForRegister(reg)
+	return idForRegister(multModP(unshift, got^want))
+}
+
+// idUnshift is x^-8k mod P for a packet of n bytes (BTH to ICRC), where k
+// is how many bytes of the ICRC's pseudo packet follow the IPv4 ID: the
+// LRH, IPv4 and UDP headers, then the packet less its ICRC, from offset
+// 14 on. About a microsecond: a Sealer keeps it per packet length.
+func idUnshift(n int) uint32 {
+	after := pseudoLRHLen + ipv4HdrLen + udpHdrLen + n - ICRCLen - (pseudoIDOffset + 2)
+	return xPowInverse(8 * uint64(after))
 }
 
 // idForRegister finds the two bytes whose CRC from a zero register is reg.
@@ -143,7 +145,10 @@ func (s *Sealer) CheckUnknownID(pkt []byte) (uint16, bool) {
 	if got == want || !s.Flow.Dst.Addr().Unmap().Is4() {
 		return 0, got == want
 	}
-	return checkUnknownID(got, want, len(pkt))
+	if s.unshift[0] == 0 { // headers made lens[0] this packet's length
+		s.unshift[0] = idUnshift(len(pkt))
+	}
+	return checkUnknownID(got, want, s.unshift[0])
 }
 
 // CheckUnknownID is Sealer.CheckUnknownID for one packet.
