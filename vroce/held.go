@@ -31,7 +31,8 @@ type heldPool struct {
 	total   atomic.Int64             // bytes held by every QP of the device
 }
 
-// class is the size class of a packet of n bytes.
+// heldClass is the size class of a packet of n bytes: its buffer holds
+// 1 << heldClass(n).
 func heldClass(n int) int { return max(bits.Len(uint(n-1)), minHeldClass) }
 
 // take returns a copy of raw in a buffer of its size class, and the bytes

@@ -48,16 +48,24 @@ type guest struct {
 	console *lockedBuffer
 }
 
-// lockedBuffer collects a process's output while tests read it.
+// lockedBuffer collects a process's output while tests read it, and
+// closes seen once the output holds marker (if one is set).
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu     sync.Mutex
+	b      bytes.Buffer
+	marker string
+	seen   chan struct{}
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.b.Write(p)
+	n, err := l.b.Write(p)
+	if l.marker != "" && bytes.Contains(l.b.Bytes(), []byte(l.marker)) {
+		close(l.seen)
+		l.marker = ""
+	}
+	return n, err
 }
 
 func (l *lockedBuffer) String() string {
@@ -122,7 +130,7 @@ func boot(dir string, mtu int) (*guest, error) {
 			return nil, err
 		}
 	}
-	g := &guest{ns: fmt.Sprintf("vroce-rxe-%d", os.Getpid()), tap: "vrxetap0", dir: dir, console: &lockedBuffer{}}
+	g := &guest{ns: fmt.Sprintf("vroce-rxe-%d", os.Getpid()), tap: "vrxetap0", dir: dir, console: &lockedBuffer{marker: "VROCE-GUEST-READY", seen: make(chan struct{})}}
 	g.perf = filepath.Join(dir, "vroce-perf")
 	if b, err := exec.Command("go", "build", "-o", g.perf, "vroce.dev/cmd/vroce-perf").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building vroce-perf: %v\n%s", err, b)
@@ -159,18 +167,14 @@ func boot(dir string, mtu int) (*guest, error) {
 	}
 	g.exited = make(chan struct{})
 	go func() { g.qemu.Wait(); close(g.exited) }()
-	deadline := time.After(bootWait)
-	for !strings.Contains(g.console.String(), "VROCE-GUEST-READY") {
-		select {
-		case <-deadline:
-		case <-g.exited:
-		case <-time.After(100 * time.Millisecond): // polling the console: nothing to wait on
-			continue
-		}
-		g.close()
-		return nil, fmt.Errorf("the guest did not come up in %v:\n%s", bootWait, g.console.String())
+	select {
+	case <-g.console.seen:
+		return g, nil
+	case <-time.After(bootWait):
+	case <-g.exited:
 	}
-	return g, nil
+	g.close()
+	return nil, fmt.Errorf("the guest did not come up in %v:\n%s", bootWait, g.console.String())
 }
 
 func (g *guest) close() {
