@@ -18,6 +18,8 @@
 // flagged by a reserved BTH bit.
 //
 // Parse splits such a datagram into a Packet; Packet.EncodeHeaders writes
-// the headers of one; SealICRC and CheckICRC compute the trailer over the
-// datagram and the IP/UDP headers it travelled in.
+// the headers of one; a Sealer (or a Flow) seals and checks the ICRC over
+// the datagram and the IP/UDP headers it travelled in, rebuilt from the
+// addresses, and CheckICRC checks it over headers a provider saw.
+// CheckUnknownID checks a packet whose IPv4 ID the receiver cannot see.
 package wire

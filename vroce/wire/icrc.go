@@ -148,10 +148,11 @@ var allOnes = [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 // rebuilt here: version, lengths, protocol and addresses from the datagram
 // itself, and for IPv4 an ID of zero with DF set. That holds because the
 // udp provider sends from an unconnected socket with IP_PMTUDISC_DO, for
-// which Linux sends IP ID 0 (as rxe expects of a user-space sender); a
-// receiver that rebuilt the wrong ID would only drop the packet, never
-// accept a corrupt one. The UDP checksum, which we always set (rxe sends
-// zero), covers the payload a second time.
+// which Linux sends IP ID 0 (as rxe expects of a user-space sender), and a
+// vRoCE receiver checks with ID 0 in full. A sender that numbers its IDs
+// (rxe) is checked by CheckUnknownID, which solves for the one ID that
+// fits (ipid.go). The UDP checksum, which we always set (rxe sends zero),
+// covers the payload a second time.
 type Flow struct {
 	Src, Dst netip.AddrPort
 }
