@@ -2,8 +2,10 @@ package vroce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // CQ is a completion queue (ibv_cq). Its ring grows with use up to the
@@ -28,7 +30,16 @@ type CQ struct {
 	others chan struct{}
 	nwait  int
 	woken  bool // Wake was called: the next Wait returns at once
-	// onCompletion, when set, runs on the device's receive goroutine
+	// receiving counts waiters holding the device's receive turn for
+	// this CQ (receiveTurn): a completion another goroutine pushes
+	// interrupts their receive.
+	receiving int
+	// The context whose end interrupts a receiving waiter, and how to
+	// stop it doing so: kept from one Wait to the next with the same
+	// context, since registering costs an allocation and a map insert.
+	turnCtx  context.Context
+	turnStop func() bool
+	// onCompletion, when set, runs on the goroutine receiving for the device
 	// after a receive batch that pushed completions here; those do not
 	// wake waiters (see OnCompletion). handlerDue: it is to run.
 	onCompletion func()
@@ -65,6 +76,10 @@ func (cq *CQ) Destroy() error {
 	cq.gone = true
 	cq.wakeLocked()
 	cq.ring = nil
+	if cq.turnStop != nil {
+		cq.turnStop()
+		cq.turnCtx, cq.turnStop = nil, nil
+	}
 	cq.dev.release(&cq.dev.count.cq)
 	return nil
 }
@@ -113,7 +128,8 @@ func (cq *CQ) push(wc *WorkCompletion) bool {
 	return true
 }
 
-// OnCompletion has f run on the device's receive goroutine, outside every
+// OnCompletion has f run on the goroutine receiving for the device (its
+// receive goroutine, or a CQ waiter holding the receive turn), outside every
 // lock of the device, after a batch of received packets that pushed
 // completions to the CQ: a program that takes completions as events (an
 // rsocket stack, say) handles them there, without a goroutine hand-off
@@ -132,6 +148,10 @@ type handlerQueue struct {
 	mu      sync.Mutex
 	inBatch bool
 	due     []*CQ
+	// batching mirrors inBatch for readers that take no lock: a
+	// completion pushed while it is set is seen by the receive turn's
+	// holder after its batch (CQ.wakeLocked).
+	batching atomic.Bool
 }
 
 // add queues cq's handler if a receive batch is in progress (under
@@ -153,6 +173,7 @@ func (h *handlerQueue) add(cq *CQ) bool {
 func (h *handlerQueue) begin() {
 	h.mu.Lock()
 	h.inBatch = true
+	h.batching.Store(true)
 	h.mu.Unlock()
 }
 
@@ -161,6 +182,7 @@ func (h *handlerQueue) begin() {
 func (h *handlerQueue) end(due []*CQ) []*CQ {
 	h.mu.Lock()
 	h.inBatch = false
+	h.batching.Store(false)
 	due, h.due = h.due, due[:0]
 	h.mu.Unlock()
 	for i, cq := range due {
@@ -189,10 +211,16 @@ func (cq *CQ) grow() {
 }
 
 func (cq *CQ) wakeLocked() {
+	if cq.receiving > 0 && !cq.dev.handlers.batching.Load() {
+		// Its waiter is receiving, and not in a batch after which it
+		// would look: it must hear of this now.
+		cq.dev.interruptTurn()
+	}
 	if cq.nwait == 0 {
 		return
 	}
 	cq.dev.handedOff.Store(true)
+	cq.dev.turn.woke.Store(true)
 	select {
 	case cq.bell <- struct{}{}:
 	default:
@@ -228,23 +256,41 @@ func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 // Wait blocks until the CQ holds a completion, has overflowed, or ctx ends
 // (a completion channel and ibv_req_notify_cq in one call). It also
 // returns, with nothing to poll, once after each Wake.
+//
+// While it waits, the calling goroutine may receive for the whole device
+// (receiveTurn), so that the packet that completes its work wakes it
+// directly; completion handlers (OnCompletion) then run on it too.
 func (cq *CQ) Wait(ctx context.Context) error {
+	d := cq.dev
+	turn := d.turn.intr != nil // this Wait may take the receive turn
 	for {
 		cq.mu.Lock()
-		switch {
-		case cq.n > 0:
+		if ready, err := cq.readyLocked(); ready {
 			cq.mu.Unlock()
-			return nil
-		case cq.overflow:
-			cq.mu.Unlock()
-			return ErrCQOverflow
-		case cq.gone:
-			cq.mu.Unlock()
-			return ErrClosed
-		case cq.woken:
-			cq.woken = false
-			cq.mu.Unlock()
-			return nil
+			return err
+		}
+		if turn {
+			if err := ctx.Err(); err != nil {
+				cq.mu.Unlock()
+				return err
+			}
+			if out := d.getBatch(); d.takeTurnFree(out) {
+				cq.receiving++
+				cq.interruptOnDoneLocked(ctx)
+				cq.mu.Unlock()
+				err := d.receiveFor(ctx, out, cq.turnDone)
+				d.putBatch(out)
+				cq.mu.Lock()
+				cq.receiving--
+				cq.mu.Unlock()
+				if errors.Is(err, ErrClosed) {
+					return err
+				}
+				turn = err == nil // the receive goroutine deals with the provider's error
+				continue
+			} else {
+				d.putBatch(out)
+			}
 		}
 		var bell, others chan struct{} // a nil channel never fires
 		if cq.nwait == 0 {
@@ -260,14 +306,22 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		}
 		cq.nwait++
 		cq.mu.Unlock()
+		var offer <-chan struct{}
+		if turn {
+			offer = d.park()
+		}
 		var err error
 		select {
 		case <-bell: // may be a wake meant for a waiter gone since: look again
 		case <-others:
+		case <-offer: // the receive turn is free: take it, if it still is
 		case <-ctx.Done():
 			err = ctx.Err()
-		case <-cq.dev.done:
+		case <-d.done:
 			err = ErrClosed
+		}
+		if turn {
+			d.unpark()
 		}
 		cq.mu.Lock()
 		cq.nwait--
@@ -276,6 +330,50 @@ func (cq *CQ) Wait(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// interruptOnDoneLocked makes ctx's end interrupt this CQ's receiving
+// waiter.
+func (cq *CQ) interruptOnDoneLocked(ctx context.Context) {
+	if ctx == cq.turnCtx || ctx.Done() == nil {
+		return
+	}
+	if cq.turnStop != nil {
+		cq.turnStop()
+	}
+	cq.turnCtx = ctx
+	cq.turnStop = context.AfterFunc(ctx, func() {
+		cq.mu.Lock()
+		receiving := cq.receiving > 0
+		cq.mu.Unlock()
+		if receiving {
+			cq.dev.interruptTurn()
+		}
+	})
+}
+
+// readyLocked reports whether Wait returns now, and with what.
+func (cq *CQ) readyLocked() (bool, error) {
+	switch {
+	case cq.n > 0:
+		return true, nil
+	case cq.overflow:
+		return true, ErrCQOverflow
+	case cq.gone:
+		return true, ErrClosed
+	case cq.woken:
+		cq.woken = false
+		return true, nil
+	}
+	return false, nil
+}
+
+// turnDone reports whether a waiter receiving for the device has what it
+// waits for (readyLocked would return).
+func (cq *CQ) turnDone() bool {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.n > 0 || cq.overflow || cq.gone || cq.woken
 }
 
 // Wake makes a blocked Wait return, or the next one return at once, with

@@ -25,7 +25,11 @@
 //
 // A device runs two goroutines whatever the number of QPs: one receives
 // packet batches from the provider and runs each QP's responder and
-// completer, one runs retransmission and RNR timers. Requests are built and
+// completer, one runs retransmission and RNR timers. With a provider whose
+// receive can be interrupted (RecvInterrupter: udp, sim), a goroutine
+// waiting on a CQ takes over the receiving while it waits, so that the
+// packet that completes its work wakes it directly, with no hand-off
+// between goroutines (receiveTurn in turn.go). Requests are built and
 // sent by the goroutine that posts them, under the QP's lock, so they leave
 // in PSN order. Queues grow with use, so an idle QP costs little memory.
 //

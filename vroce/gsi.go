@@ -27,8 +27,9 @@ const (
 )
 
 // MADHandler receives a MAD and the address of the device that sent it.
-// It runs on the device's receive goroutine: it must not block, and mad is
-// valid only until it returns.
+// It runs on the goroutine receiving for the device (the device's receive
+// goroutine, or a CQ waiter holding the receive turn): it must not block,
+// and mad is valid only until it returns.
 type MADHandler func(from netip.AddrPort, mad []byte)
 
 // GSI is an open general services interface.

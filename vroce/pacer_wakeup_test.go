@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -21,6 +22,20 @@ type pipeProvider struct {
 	done   chan struct{}
 	broken chan struct{} // closed: Recv fails for good
 	once   sync.Once
+	// interrupted: an InterruptRecv (of a turnPipe) is pending.
+	interrupted atomic.Bool
+}
+
+// turnPipe is a pipeProvider whose receive can be interrupted, so that
+// CQ waiters take the device's receive turn (receiveTurn).
+type turnPipe struct{ *pipeProvider }
+
+func (p turnPipe) InterruptRecv() {
+	p.interrupted.Store(true)
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 }
 
 func newPipePair() (*pipeProvider, *pipeProvider) {
@@ -43,6 +58,9 @@ func (p *pipeProvider) Recv(pkts []Packet) (int, error) {
 		p.mu.Unlock()
 		if n > 0 {
 			return n, nil
+		}
+		if p.interrupted.Swap(false) {
+			return 0, nil
 		}
 		select {
 		case <-p.wake:
@@ -85,7 +103,14 @@ type pipeEnd struct {
 // on each to the other.
 func pipeQPs(t *testing.T) (a, b pipeEnd) {
 	t.Helper()
-	pa, pb := newPipePair()
+	return pipeQPsWith(t, func(p *pipeProvider) Provider { return p })
+}
+
+// pipeQPsWith is pipeQPs over the providers wrap makes of the pipes.
+func pipeQPsWith(t *testing.T, wrap func(*pipeProvider) Provider) (a, b pipeEnd) {
+	t.Helper()
+	ppa, ppb := newPipePair()
+	pa, pb := wrap(ppa), wrap(ppb)
 	da, err := OpenWithProvider(pa, Config{})
 	if err != nil {
 		t.Fatal(err)

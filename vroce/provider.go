@@ -93,10 +93,25 @@ type Provider interface {
 type BatchReceiver interface {
 	Provider
 	// RecvEach receives into pkts as Recv does and calls deliver with how
-	// many arrived, batch after batch, until it fails as Recv would. A
-	// batch's packets are valid until deliver returns; the provider may
-	// change pkts between batches.
-	RecvEach(pkts []Packet, deliver func(n int)) error
+	// many arrived, batch after batch, until deliver returns false (then
+	// it returns nil) or it fails as Recv would. A batch's packets are
+	// valid until deliver returns; the provider may change pkts between
+	// batches. Packets received but not yet delivered when it returns
+	// (segments of a coalesced datagram) go to the next Recv or RecvEach.
+	RecvEach(pkts []Packet, deliver func(n int) (more bool)) error
+}
+
+// RecvInterrupter is a Provider whose blocked receive another goroutine
+// can cut short. With one, the device lets a goroutine that waits for
+// completions receive for itself instead of being woken by the device's
+// receive goroutine (see receiveTurn): the packet then wakes the goroutine
+// that needs it, with no hand-off between two.
+type RecvInterrupter interface {
+	Provider
+	// InterruptRecv makes a Recv or RecvEach blocked now, or the next one
+	// to start, return soon without error: Recv with no packets, RecvEach
+	// with nil. It may be called from any goroutine, at any time.
+	InterruptRecv()
 }
 
 // DropCounter is a Provider that drops some datagrams before the device

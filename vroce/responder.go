@@ -34,6 +34,13 @@ type responder struct {
 
 	ackPending bool // a coalesced ACK is owed
 	ackQueued  bool // the QP is on the receive batch's ACK list
+	// replies predicts that the program answers what this QP receives
+	// before it waits again, so that a waiter holding the receive turn
+	// may leave the ACK for the answer to carry (receiveTurn), as TCP's
+	// delayed ACK has its ping-pong mode. It is learnt: an ACK that went
+	// alone just before a request of ours could have ridden on it sets it
+	// (ackedAlone); an ACK left owed that no request took clears it.
+	replies, ackedAlone bool
 	// With selective repeat, the owed ACK also reports a SEND or WRITE
 	// PSN that arrived twice, as its first SACK block, below the
 	// cumulative PSN (as TCP's D-SACK does): the requester learns that
@@ -489,6 +496,7 @@ func (qp *QP) sendOwedAckLocked(out *txBatch) {
 	// A QP moving to ERR sends what it owes first (toErrorLocked).
 	if r.ackPending && qp.state != QPSErr && qp.state != QPSReset {
 		r.ackPending = false
+		r.ackedAlone = true
 		var s wire.SACK
 		if r.dupOwed {
 			r.dupOwed = false
@@ -509,6 +517,10 @@ func (qp *QP) sendOwedAckLocked(out *txBatch) {
 // to leave for the peer, when the peer reads piggybacked ACKs. An ACK
 // with SACK blocks to report still goes on its own.
 func (r *responder) piggyback(qp *QP, p *wire.Packet) {
+	if r.ackedAlone && !r.ackPending {
+		r.replies = true // that ACK could have waited for this request
+	}
+	r.ackedAlone = false
 	if !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || r.dupOwed || !p.BTH.Opcode.CanCarryPiggyACK() {
 		return
 	}

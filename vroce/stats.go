@@ -7,7 +7,7 @@ import (
 
 type deviceCounters struct {
 	rxPackets, rxMalformed, rxNoQP, rxBadICRC, rxErrors, rxMADs atomic.Uint64
-	rxBadPKey                                                   atomic.Uint64
+	rxBadPKey, rxByWaiters                                      atomic.Uint64
 	txPackets, txErrors                                         atomic.Uint64
 }
 
@@ -23,8 +23,12 @@ type DeviceStats struct {
 	// device saw them (DropCounter): larger than any packet, say.
 	RxProviderDrops uint64
 	RxMADs          uint64 // management datagrams handed to the GSI owner
-	TxPackets       uint64 // datagrams sent
-	TxErrors        uint64 // provider send errors
+	// RxByWaiters counts the datagrams of RxPackets that a goroutine
+	// waiting on a CQ received itself, holding the device's receive
+	// turn, rather than the device's receive goroutine.
+	RxByWaiters uint64
+	TxPackets   uint64 // datagrams sent
+	TxErrors    uint64 // provider send errors
 	// Resources counts the objects alive on the device, as `rdma resource`
 	// does: a leak shows here.
 	Resources Resources
@@ -43,7 +47,7 @@ func (d *Device) Stats() DeviceStats {
 	out := DeviceStats{
 		RxPackets: s.rxPackets.Load(), RxMalformed: s.rxMalformed.Load(), RxNoQP: s.rxNoQP.Load(),
 		RxBadICRC: s.rxBadICRC.Load(), RxBadPKey: s.rxBadPKey.Load(), RxErrors: s.rxErrors.Load(), RxMADs: s.rxMADs.Load(),
-		TxPackets: s.txPackets.Load(), TxErrors: s.txErrors.Load(),
+		TxPackets: s.txPackets.Load(), TxErrors: s.txErrors.Load(), RxByWaiters: s.rxByWaiters.Load(),
 	}
 	if dc, ok := d.prov.(DropCounter); ok {
 		out.RxProviderDrops = dc.Dropped()

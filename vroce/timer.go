@@ -22,8 +22,13 @@ type timerQueue struct {
 	h     timerHeap
 	clock *clock.Clock
 	armed int64 // the deadline the clock is set for
+	// turnAt is when the receive turn's lease is looked at (0: it is
+	// not), as a QP's timerAt is for the QP.
+	turnAt int64
 }
 
+// timerEntry is a deadline of qp's, or with qp nil the receive turn's
+// lease (checkTurnLease).
 type timerEntry struct {
 	at int64
 	qp *QP
@@ -88,6 +93,24 @@ func (d *Device) schedule(qp *QP, at int64) {
 	}
 }
 
+// scheduleTurn makes sure the timer goroutine looks at the receive turn's
+// lease no later than at: as with schedule, a later deadline costs
+// nothing while an earlier one is pending.
+func (d *Device) scheduleTurn(at int64) {
+	t := &d.timers
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.turnAt != 0 && t.turnAt <= at {
+		return
+	}
+	t.turnAt = at
+	t.h.push(timerEntry{at: at})
+	if at < t.armed {
+		t.armed = at
+		t.clock.Arm(at)
+	}
+}
+
 // timerLoop runs due QP timers. It sleeps on a clock precise to
 // microseconds (Go's own timers round sub-millisecond sleeps up to a
 // millisecond when the process is idle, which would turn every loss probe
@@ -103,15 +126,24 @@ func (d *Device) timerLoop() {
 	var due []*QP
 	for {
 		now := d.now()
+		lease := false
 		t.mu.Lock()
 		for len(t.h) > 0 && t.h[0].at <= now {
 			e := t.h.pop()
-			if e.qp.timerAt == e.at { // not superseded by an earlier entry
+			switch {
+			case e.qp == nil:
+				if t.turnAt == e.at {
+					t.turnAt, lease = 0, true
+				}
+			case e.qp.timerAt == e.at: // not superseded by an earlier entry
 				e.qp.timerAt = 0
 				due = append(due, e.qp)
 			}
 		}
 		t.mu.Unlock()
+		if lease {
+			d.checkTurnLease(now)
+		}
 		for i, qp := range due {
 			qp.onTimer(now)
 			due[i] = nil

@@ -29,6 +29,11 @@ type pfControl struct {
 	cq       *vroce.CQ
 	mr       *vroce.MR
 	patience time.Duration
+	// early holds a completion that came while another was awaited: the
+	// peer's message can overtake the ACK of ours (both ends send their
+	// record at once, and an ACK may wait to ride on a reply), and one
+	// CQ serves both directions.
+	early []vroce.WorkCompletion
 }
 
 const (
@@ -145,16 +150,30 @@ func (c *pfControl) recv(n int) ([]byte, error) {
 }
 
 func (c *pfControl) wait(op vroce.WCOpcode) (vroce.WorkCompletion, error) {
+	for i, wc := range c.early {
+		if wc.Opcode == op {
+			c.early = append(c.early[:i], c.early[i+1:]...)
+			return wc, nil
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.patience)
 	defer cancel()
 	wc := make([]vroce.WorkCompletion, 1)
-	if _, err := c.cq.PollWait(ctx, wc); err != nil {
-		return wc[0], fmt.Errorf("perftest -R: waiting for %v: %w", op, err)
+	for {
+		if _, err := c.cq.PollWait(ctx, wc); err != nil {
+			return wc[0], fmt.Errorf("perftest -R: waiting for %v: %w", op, err)
+		}
+		if wc[0].Status != vroce.WCSuccess {
+			return wc[0], fmt.Errorf("perftest -R: %v completed with %v, waiting for %v", wc[0].Opcode, wc[0].Status, op)
+		}
+		if wc[0].Opcode == op {
+			return wc[0], nil
+		}
+		if len(c.early) > 0 || (wc[0].Opcode != vroce.WCSend && wc[0].Opcode != vroce.WCRecv) {
+			return wc[0], fmt.Errorf("perftest -R: %v completed, waiting for %v", wc[0].Opcode, op)
+		}
+		c.early = append(c.early, wc[0])
 	}
-	if wc[0].Status != vroce.WCSuccess || wc[0].Opcode != op {
-		return wc[0], fmt.Errorf("perftest -R: %v completed with %v, waiting for %v", wc[0].Opcode, wc[0].Status, op)
-	}
-	return wc[0], nil
 }
 
 // close disconnects both connections and lets the manager finish.

@@ -365,6 +365,20 @@ type Endpoint struct {
 	done    chan struct{}
 	closed  atomic.Bool
 	dropped atomic.Uint64
+	// interrupted: InterruptRecv asked the receive in progress, or the
+	// next that finds nothing queued, to return empty.
+	interrupted atomic.Bool
+}
+
+var _ vroce.RecvInterrupter = (*Endpoint)(nil)
+
+// InterruptRecv implements vroce.RecvInterrupter.
+func (ep *Endpoint) InterruptRecv() {
+	ep.interrupted.Store(true)
+	select {
+	case ep.ready <- struct{}{}:
+	default:
+	}
 }
 
 type queued struct {
@@ -422,6 +436,9 @@ func (ep *Endpoint) Recv(pkts []vroce.Packet) (int, error) {
 		}
 		if ep.closed.Load() {
 			return 0, net.ErrClosed
+		}
+		if ep.interrupted.Swap(false) {
+			return 0, nil
 		}
 		select {
 		case <-ep.ready:

@@ -86,8 +86,9 @@ func (m *mmsgReader) recv(bufs, oobs [][]byte) (int, error) {
 // not fill bufs the socket was empty, so any datagram since raised a new
 // edge, and after a lone packet it parks without a recvmmsg to find that
 // out. (With busy polling it tries again, as recv would.)
-func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) int) error {
+func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) (int, bool)) error {
 	dirty := len(bufs) // headers to set up again: those the kernel may have written
+	done := false      // got asked for no more
 	read := func(fd uintptr) bool {
 		for {
 			if m.stopped.Load() {
@@ -101,7 +102,12 @@ func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) int) error {
 				return true
 			}
 			dirty = m.got + 1 // and the one it stopped at
-			if packets := got(m.got); m.got < m.n && packets <= 1 && m.busy <= 0 {
+			packets, more := got(m.got)
+			if !more {
+				done = true
+				return true
+			}
+			if m.got < m.n && packets <= 1 && m.busy <= 0 {
 				return false
 			}
 		}
@@ -111,6 +117,9 @@ func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) int) error {
 	}
 	if m.stopped.Load() {
 		return net.ErrClosed
+	}
+	if done {
+		return nil
 	}
 	return m.errno
 }

@@ -79,7 +79,7 @@ func recvEach(rx *Provider, deliver func([]vroce.Packet)) <-chan error {
 		for i := range pkts {
 			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
 		}
-		done <- rx.RecvEach(pkts, func(n int) { deliver(pkts[:n]) })
+		done <- rx.RecvEach(pkts, func(n int) bool { deliver(pkts[:n]); return true })
 	}()
 	return done
 }

@@ -86,11 +86,12 @@ const (
 type batchReader interface {
 	recv(bufs, oobs [][]byte) (int, error)
 	// each receives batch after batch into bufs, calling got with how
-	// many datagrams arrived, until an error; got returns how many
-	// packets they made. After a batch that did not fill bufs it asks
-	// the kernel for more at once only if that was more than one packet
-	// (a busy socket), and otherwise waits for the poller.
-	each(bufs, oobs [][]byte, got func(datagrams int) (packets int)) error
+	// many datagrams arrived, until an error or until got says no more
+	// (nil); got returns how many packets they made. After a batch that
+	// did not fill bufs it asks the kernel for more at once only if that
+	// was more than one packet (a busy socket), and otherwise waits for
+	// the poller.
+	each(bufs, oobs [][]byte, got func(datagrams int) (packets int, more bool)) error
 	// stop ends an each in progress, as the socket closes.
 	stop()
 	size(i int) int
@@ -137,13 +138,15 @@ func (r *xnetReader) recv(bufs, oobs [][]byte) (int, error) {
 	return got, nil
 }
 
-func (r *xnetReader) each(bufs, oobs [][]byte, got func(int) int) error {
+func (r *xnetReader) each(bufs, oobs [][]byte, got func(int) (int, bool)) error {
 	for {
 		n, err := r.recv(bufs, oobs)
 		if err != nil {
 			return err
 		}
-		got(n)
+		if _, more := got(n); !more {
+			return nil
+		}
 	}
 }
 
@@ -180,6 +183,10 @@ type Provider struct {
 	// dropped counts datagrams too large to be any packet (lend):
 	// written by the receiving goroutine, read by Dropped.
 	dropped atomic.Uint64
+	// interrupted: InterruptRecv asked the receive in progress, or the
+	// next, to return; it also set a read deadline in the past, which the
+	// receiver clears as it takes the request.
+	interrupted atomic.Bool
 
 	sendMu  sync.Mutex
 	bw      batchWriter
@@ -268,11 +275,14 @@ func ListenWith(addr string, opts Options) (*Provider, error) {
 
 // Recv implements vroce.Provider.
 func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
+	if p.takeInterrupt() {
+		return 0, nil
+	}
 	if p.gro {
 		if len(p.pend) == 0 {
 			got, err := p.br.recv(p.rbufs, p.roob)
 			if err != nil {
-				return 0, err
+				return 0, p.interruptOr(err)
 			}
 			p.collect(got)
 		}
@@ -280,8 +290,11 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 	}
 	views := p.viewsOf(pkts)
 	got, err := p.br.recv(views, nil)
+	if err != nil {
+		return 0, p.interruptOr(err)
+	}
 	p.fill(pkts, views, got)
-	return got, err
+	return got, nil
 }
 
 // RecvEach implements vroce.BatchReceiver. After a batch of one packet
@@ -292,33 +305,73 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 // poller's readiness first: it pays a recvmmsg finding nothing (about
 // 1 us) per wake-up. After a larger batch more has most likely come
 // while the device was busy, and asking is cheaper than a wake-up.
-func (p *Provider) RecvEach(pkts []vroce.Packet, deliver func(n int)) error {
+func (p *Provider) RecvEach(pkts []vroce.Packet, deliver func(n int) bool) error {
+	if p.takeInterrupt() {
+		return nil
+	}
 	if p.gro {
-		p.deliverPending(pkts, deliver) // left by a Recv
-		return p.br.each(p.rbufs, p.roob, func(got int) int {
+		if _, more := p.deliverPending(pkts, deliver); !more { // left by a Recv
+			return nil
+		}
+		return p.interruptOr(p.br.each(p.rbufs, p.roob, func(got int) (int, bool) {
 			p.collect(got)
 			return p.deliverPending(pkts, deliver)
-		})
+		}))
 	}
 	views := p.viewsOf(pkts)
-	return p.br.each(views, nil, func(got int) int {
+	return p.interruptOr(p.br.each(views, nil, func(got int) (int, bool) {
 		p.fill(pkts, views, got)
-		deliver(got)
-		return got
-	})
+		return got, deliver(got)
+	}))
 }
 
-// deliverPending lends out everything in pend, as many packets at a time
-// as pkts holds, and returns how many it lent.
-func (p *Provider) deliverPending(pkts []vroce.Packet, deliver func(n int)) int {
+// InterruptRecv implements vroce.RecvInterrupter, through the socket's
+// read deadline: a receive parked in the poller wakes at once.
+func (p *Provider) InterruptRecv() {
+	p.interrupted.Store(true)
+	_ = p.conn.SetReadDeadline(longAgo)
+}
+
+// longAgo is a deadline that has always passed.
+var longAgo = time.Unix(1, 0)
+
+// takeInterrupt reports whether an interrupt is pending, and clears it
+// and its deadline. An interrupt that lands between the two leaves its
+// deadline behind: the next receive returns at once, empty, and clears
+// it in turn.
+func (p *Provider) takeInterrupt() bool {
+	if !p.interrupted.Swap(false) {
+		return false
+	}
+	_ = p.conn.SetReadDeadline(time.Time{})
+	return true
+}
+
+// interruptOr turns the deadline error an interrupt causes into a plain
+// return, and passes every other error on.
+func (p *Provider) interruptOr(err error) error {
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	p.interrupted.Store(false)
+	_ = p.conn.SetReadDeadline(time.Time{})
+	return nil
+}
+
+// deliverPending lends out what is in pend, as many packets at a time as
+// pkts holds, until pend is empty or deliver wants no more; it returns
+// how many it lent.
+func (p *Provider) deliverPending(pkts []vroce.Packet, deliver func(n int) bool) (int, bool) {
 	total := 0
 	for len(p.pend) > 0 {
 		if k := p.lend(pkts); k > 0 {
-			deliver(k)
 			total += k
+			if !deliver(k) {
+				return total, false
+			}
 		}
 	}
-	return total
+	return total, true
 }
 
 // viewsOf is where datagrams for pkts are read to: each packet's whole
@@ -378,7 +431,11 @@ func (p *Provider) lend(pkts []vroce.Packet) int {
 // Dropped implements vroce.DropCounter.
 func (p *Provider) Dropped() uint64 { return p.dropped.Load() }
 
-var _ vroce.DropCounter = (*Provider)(nil)
+var (
+	_ vroce.DropCounter     = (*Provider)(nil)
+	_ vroce.BatchReceiver   = (*Provider)(nil)
+	_ vroce.RecvInterrupter = (*Provider)(nil)
+)
 
 // Send implements vroce.Provider. Runs of packets marked Coalesce, to
 // one address and of one size (the last may be shorter), leave as one

@@ -108,8 +108,11 @@ type MessageCounts struct{ REQ, MRA, REJ, REP, RTU, DREQ, DREP, SIDRReq, SIDRRep
 // retransmitted on loss. One goroutine runs its timers; the device's
 // receive goroutine runs its message handling.
 type Manager struct {
-	dev      *vroce.Device
-	gsi      *vroce.GSI
+	dev *vroce.Device
+	gsi *vroce.GSI
+	// gsiSet is closed once gsi is: a MAD can arrive, and be answered,
+	// before OpenGSI has returned it.
+	gsiSet   chan struct{}
 	cfg      Config
 	guid     uint64
 	epoch    time.Time
@@ -168,12 +171,14 @@ func New(dev *vroce.Device, cfg Config) (*Manager, error) {
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{}, listeners: map[uint64]*Listener{},
 		timeWait: map[remoteKey]int64{}, probes: map[uint32]chan ProbeResult{},
+		gsiSet: make(chan struct{}),
 	}
 	gsi, err := dev.OpenGSI(m.receive)
 	if err != nil {
 		return nil, fmt.Errorf("cm: %w", err)
 	}
 	m.gsi = gsi
+	close(m.gsiSet)
 	m.wg.Add(1)
 	go m.timerLoop()
 	return m, nil

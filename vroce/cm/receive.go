@@ -13,8 +13,10 @@ import (
 // is counted as unexpected and dropped, so a stray, repeated or forged
 // message cannot touch a connection it does not belong to.
 
-// receive is the GSI handler: it runs on the device's receive goroutine.
+// receive is the GSI handler: it runs on the goroutine receiving for the
+// device.
 func (m *Manager) receive(from netip.AddrPort, b []byte) {
+	<-m.gsiSet
 	var msg mad
 	if err := parseMAD(b, &msg); err != nil {
 		m.counts.malformed.Add(1)

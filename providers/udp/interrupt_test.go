@@ -1,0 +1,77 @@
+package udp
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vroce.dev/vroce"
+)
+
+// InterruptRecv ends a receive parked on an idle socket without an error,
+// one that starts after it at once, and leaves no deadline behind: the
+// datagram that comes next is received as ever.
+func TestInterruptRecvEndsAReceiveAndLeavesTheSocketAsItWas(t *testing.T) {
+	rx, err := Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	defer rx.Close()
+	tx, err := Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	defer tx.Close()
+	pkts := make([]vroce.Packet, 4)
+	for i := range pkts {
+		pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+	}
+
+	// Parked in the poller: the interrupt wakes it.
+	done := make(chan error, 1)
+	delivered := 0
+	go func() {
+		done <- rx.RecvEach(pkts, func(n int) bool { delivered += n; return true })
+	}()
+	time.Sleep(20 * time.Millisecond) // let it park; an earlier interrupt is the next case
+	rx.InterruptRecv()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("InterruptRecv did not end a parked RecvEach")
+	}
+	assert.Zero(t, delivered)
+
+	// An interrupt before the receive: Recv returns at once, empty.
+	rx.InterruptRecv()
+	n, err := rx.Recv(pkts)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+
+	// And then the socket receives as before.
+	require.NoError(t, tx.Send([]vroce.Packet{{Data: []byte("after the interrupt"), Addr: rx.LocalAddr()}}))
+	for n == 0 {
+		n, err = rx.Recv(pkts)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, "after the interrupt", string(pkts[0].Data))
+}
+
+// RecvEach returns nil, keeping what it has not delivered, once deliver
+// asks for no more.
+func TestRecvEachStopsWhenDeliverSaysSo(t *testing.T) {
+	rx, err := Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	defer rx.Close()
+	tx, err := Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	defer tx.Close()
+	pkts := make([]vroce.Packet, 4)
+	for i := range pkts {
+		pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+	}
+	require.NoError(t, tx.Send([]vroce.Packet{{Data: []byte("one"), Addr: rx.LocalAddr()}}))
+	calls := 0
+	require.NoError(t, rx.RecvEach(pkts, func(n int) bool { calls++; return false }))
+	assert.Equal(t, 1, calls)
+	assert.Equal(t, "one", string(pkts[0].Data))
+}

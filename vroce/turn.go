@@ -1,0 +1,288 @@
+package vroce
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// receiveTurn says which goroutine receives from the provider: the
+// device's receive goroutine (rxLoop), or a goroutine waiting on a CQ.
+//
+// The receive goroutine alone would wake whoever a batch completed work
+// for: between two processes that hand-off is a thread wake-up per
+// message (a futex and a spinning thread on the other core, which the
+// peer process needed), and a 64-byte ping-pong took three times as long
+// as one over a plain UDP socket. With a provider whose receive can be
+// cut short (RecvInterrupter), a goroutine waiting on a CQ receives for
+// itself instead: the packet that completes its work wakes it directly,
+// as a TCP socket wakes its reader, and the reply it posts carries the
+// ACK its request is owed.
+//
+// The turn moves
+//   - loop -> free, after a batch that woke a CQ waiter while few
+//     goroutines are runnable (yieldGate): the one woken takes it next;
+//   - free -> waiter, to a CQ waiter that finds it free or is offered it;
+//   - waiter -> free, once its CQ holds something for it, or its wait is
+//     cut short (its context, Wake, the CQ destroyed);
+//   - free -> loop, once nobody has taken it for turnLease: a program that
+//     stops waiting does not stop the device receiving for long, and an
+//     ACK a reply did not carry leaves no later than that.
+//
+// Whoever takes the turn first sends the ACKs the last holder left owed.
+type receiveTurn struct {
+	intr RecvInterrupter // nil: the receive goroutine keeps the turn
+	// woke: a batch woke a CQ waiter, who could take the turn (set by
+	// CQ.wakeLocked, read by the holder after its batch).
+	woke atomic.Bool
+
+	mu        sync.Mutex
+	holder    turnHolder
+	freeSince int64         // device time the turn went free
+	parked    int           // CQ waiters that would take an offered turn
+	owed      []*QP         // ACKs the last holder left for a reply to carry
+	offer     chan struct{} // capacity 1: the turn is free, for a parked waiter
+	back      chan struct{} // capacity 1: the receive goroutine may take it
+
+	// The receive buffers, used by whoever holds the turn.
+	pkts []Packet
+	bufs []byte
+	size int
+	// The waiter holding the turn, and its deliver function, made once.
+	session waiterSession
+	deliver func(n int) bool
+}
+
+type turnHolder uint8
+
+const (
+	turnLoop turnHolder = iota
+	turnFree
+	turnWaiter
+)
+
+// turnLease is how long the turn may stay free before the receive
+// goroutine takes it back. A ping-pong's holder is back within
+// microseconds; a program busy elsewhere for longer leaves the device
+// unread, and an ACK owed, no longer than this: a tenth of the
+// retransmission timer's floor (minRTO).
+const turnLease = 500 * time.Microsecond
+
+func (t *receiveTurn) init(d *Device, p Provider, mtu MTU) {
+	t.deliver = d.deliverToWaiter
+	t.intr, _ = p.(RecvInterrupter)
+	t.holder = turnLoop
+	t.offer = make(chan struct{}, 1)
+	t.back = make(chan struct{}, 1)
+	n := max(p.BatchSize(), 1)
+	t.size = packetSize(mtu)
+	t.pkts = make([]Packet, n)
+	t.bufs = make([]byte, n*t.size)
+}
+
+// buffers gives the holder the device's receive buffers, which a provider
+// may have replaced by its own during the last batch.
+func (t *receiveTurn) buffers() []Packet {
+	for i := range t.pkts {
+		t.pkts[i].Data = t.bufs[i*t.size : (i+1)*t.size : (i+1)*t.size]
+	}
+	return t.pkts
+}
+
+// takeLocked makes h the holder and moves the ACKs left owed into out.
+func (t *receiveTurn) takeLocked(h turnHolder, out *txBatch) {
+	t.holder = h
+	out.acks = append(out.acks, t.owed...)
+	clear(t.owed)
+	t.owed = t.owed[:0]
+}
+
+// release gives the turn up, leaving out's owed ACKs to the next holder;
+// a parked waiter is offered it, and the receive goroutine gets it back
+// after turnLease if nobody takes it.
+func (d *Device) releaseTurn(out *txBatch) {
+	t := &d.turn
+	now := d.now()
+	t.mu.Lock()
+	t.holder, t.freeSince = turnFree, now
+	t.owed = append(t.owed, out.acks...)
+	clear(out.acks)
+	out.acks = out.acks[:0]
+	parked := t.parked > 0
+	t.mu.Unlock()
+	if parked {
+		select {
+		case t.offer <- struct{}{}:
+		default:
+		}
+	}
+	d.scheduleTurn(now + int64(turnLease))
+}
+
+// awaitTurn blocks the receive goroutine until the turn is its again; it
+// reports false once the device closes.
+func (d *Device) awaitTurn(out *txBatch) bool {
+	t := &d.turn
+	for {
+		select {
+		case <-t.back:
+		case <-d.done:
+			return false
+		}
+		t.mu.Lock()
+		if t.holder == turnFree {
+			t.takeLocked(turnLoop, out)
+			t.mu.Unlock()
+			return true
+		}
+		t.mu.Unlock() // a waiter took it first
+	}
+}
+
+// giveBack hands a free turn to the receive goroutine at once.
+func (t *receiveTurn) giveBack() {
+	select {
+	case t.back <- struct{}{}:
+	default:
+	}
+}
+
+// checkTurnLease, on the timer goroutine, gives a turn free for
+// turnLease back to the receive goroutine.
+func (d *Device) checkTurnLease(now int64) {
+	t := &d.turn
+	t.mu.Lock()
+	if t.holder != turnFree {
+		t.mu.Unlock()
+		return
+	}
+	at := t.freeSince + int64(turnLease)
+	t.mu.Unlock()
+	if at > now {
+		d.scheduleTurn(at)
+		return
+	}
+	t.giveBack()
+}
+
+// handOver reports whether the receive goroutine, after a batch, gives
+// the turn to the CQ waiter the batch woke.
+func (d *Device) handOver() bool {
+	return d.turn.intr != nil && d.turn.woke.Swap(false) && d.yield.open()
+}
+
+// takeTurnFree gives a CQ waiter the turn if it is free.
+func (d *Device) takeTurnFree(out *txBatch) bool {
+	t := &d.turn
+	if t.intr == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.holder != turnFree {
+		return false
+	}
+	t.takeLocked(turnWaiter, out)
+	return true
+}
+
+// park counts a CQ waiter that would take an offered turn, and returns
+// the channel the offer comes on (nil, which never fires, without an
+// interruptible provider); unpark undoes it.
+func (d *Device) park() <-chan struct{} {
+	t := &d.turn
+	if t.intr == nil {
+		return nil
+	}
+	t.mu.Lock()
+	t.parked++
+	free := t.holder == turnFree
+	t.mu.Unlock()
+	if free { // released while we were on our way here
+		select {
+		case t.offer <- struct{}{}:
+		default:
+		}
+	}
+	return t.offer
+}
+
+func (d *Device) unpark() {
+	t := &d.turn
+	if t.intr == nil {
+		return
+	}
+	t.mu.Lock()
+	t.parked--
+	t.mu.Unlock()
+}
+
+// receiveFor is a CQ waiter's turn: it receives for the whole device,
+// batch after batch, until done reports true after a batch or the receive
+// is interrupted (the caller arranges for ctx's end to interrupt it; Wake,
+// Close). The turn is free again when it returns. An error from the
+// provider goes to the receive goroutine with the turn, which deals with
+// it; receiveFor reports it so that the waiter waits the ordinary way
+// instead.
+func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool) error {
+	t := &d.turn
+	d.sendLeftOwed(out)
+	w := &t.session
+	w.out, w.done, w.keep = out, done, false
+	var err error
+	for !w.keep && ctx.Err() == nil && !d.isClosed() {
+		pkts := t.buffers()
+		if br, ok := d.prov.(BatchReceiver); ok {
+			err = br.RecvEach(pkts, t.deliver)
+		} else {
+			var got int
+			if got, err = d.prov.Recv(pkts); err == nil && got > 0 {
+				t.deliver(got)
+			}
+		}
+		if err != nil || !w.keep && done() {
+			break
+		}
+	}
+	clear(w.due)
+	w.out, w.done = nil, nil
+	d.releaseTurn(out)
+	if err != nil {
+		t.giveBack()
+		if errors.Is(err, net.ErrClosed) && d.isClosed() {
+			return ErrClosed
+		}
+		return err
+	}
+	return nil
+}
+
+// waiterSession is the state of the waiter holding the turn, kept in the
+// turn so that a receive allocates nothing: one waiter holds it at a time.
+type waiterSession struct {
+	out  *txBatch
+	due  []*CQ
+	done func() bool
+	keep bool // the batch that ends the turn leaves its ACKs owed
+}
+
+// deliverToWaiter handles a batch the waiter holding the turn received.
+func (d *Device) deliverToWaiter(n int) bool {
+	w := &d.turn.session
+	d.stats.rxByWaiters.Add(uint64(n))
+	w.due = d.handleBatch(d.turn.pkts[:n], w.out, w.due)
+	w.keep = w.done()
+	d.settle(w.out, w.keep)
+	return !w.keep
+}
+
+// interruptTurn cuts short the receive of a waiter holding the turn, for
+// the CQ it waits on (Wake, Destroy).
+func (d *Device) interruptTurn() {
+	if d.turn.intr != nil {
+		d.turn.intr.InterruptRecv()
+	}
+}
