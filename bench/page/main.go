@@ -20,12 +20,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -48,6 +47,8 @@ type point struct {
 	MsgRate    float64 `json:"msg_rate_mpps"`
 	CPUPerGiB  float64 `json:"cpu_s_per_gib"`
 	Version    string  `json:"version,omitempty"` // quic-perf: quic-go's
+	Link       string  `json:"link,omitempty"`    // where it ran (link.name)
+	Loss       int     `json:"loss_pct,omitempty"`
 }
 
 // The tools a point may come from.
@@ -65,39 +66,71 @@ type series struct {
 
 func main() {
 	perf := flag.String("perf", "bin/vroce-perf", "the vroce-perf binary")
-	quic := flag.String("quic", "", "the quic-perf binary: the stream workloads over quic-go too")
+	quic := flag.String("quic", "", "the quic-perf binary: the stream workloads over quic-go too (loopback)")
 	out := flag.String("out", "bench", "where to write the page")
 	runs := flag.Int("runs", 3, "runs per point; the one with the median ratio is kept")
-	targetsOnly := flag.Bool("targets", false, "measure the data path's targets instead of writing the page")
+	targetsOnly := flag.Bool("targets", false, "measure the targets instead of writing the page")
+	loopbackOnly := flag.Bool("loopback-only", false, "measure on loopback alone (no root needed)")
 	flag.Parse()
-	if *targetsOnly {
-		var results [][][]point
-		for _, t := range targets {
-			results = append(results, measure(*perf, vrocePerf, *runs, vroceArgs(t.test, t.args...)))
-			fmt.Fprintf(os.Stderr, "page: %s done\n", t.name)
+	var links []*link
+	if !*loopbackOnly {
+		if os.Geteuid() != 0 {
+			fmt.Fprintln(os.Stderr, "page: the benchmark of record runs between two network namespaces, which needs root; run as root, or pass -loopback-only")
+			os.Exit(1)
 		}
-		fmt.Print(targetReport(results))
+		for _, mtu := range []int{1500, 9000} {
+			l, err := vethLink(mtu)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "page:", err)
+				os.Exit(1)
+			}
+			defer l.close()
+			links = append(links, l)
+		}
+	}
+	if *targetsOnly {
+		report, err := runTargets(*perf, *runs, links)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "page:", err)
+			os.Exit(1)
+		}
+		fmt.Print(report)
 		return
 	}
-	bwSizes := []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20}
-	latSizes := []int{64, 1 << 10, 4 << 10, 16 << 10, 64 << 10}
 	var all []point
-	run := func(test string, size, iters int) {
+	run := func(l *link, test string, size, iters int) {
 		sized := []string{"-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)}
-		all = append(all, medianRun(measure(*perf, vrocePerf, *runs, vroceArgs(test, sized...)))...)
-		if *quic != "" && strings.HasPrefix(test, "stream_") {
-			all = append(all, medianRun(measure(*quic, quicPerf, *runs, append([]string{test, "--json"}, sized...)))...)
+		pts, err := measure(l, *perf, *runs, test, sized)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "page:", err)
+			os.Exit(1)
 		}
-		fmt.Fprintf(os.Stderr, "page: %s -s %d done\n", test, size)
+		all = append(all, medianRun(pts)...)
+		if *quic != "" && l == loopbackLink && strings.HasPrefix(test, "stream_") {
+			all = append(all, medianRun(measureQuic(*quic, *runs, append([]string{test, "--json"}, sized...)))...)
+		}
+		fmt.Fprintf(os.Stderr, "page: %s %s -s %d done\n", l.name, test, size)
+	}
+	for _, l := range links {
+		for _, test := range []string{"write_bw", "stream_bw"} {
+			for _, s := range []int{4 << 10, 64 << 10, 1 << 20} {
+				run(l, test, s, max(200, (128<<20)/s))
+			}
+		}
+		for _, test := range []string{"send_lat", "stream_lat"} {
+			for _, s := range []int{64, 4 << 10, 64 << 10} {
+				run(l, test, s, 3000)
+			}
+		}
 	}
 	for _, test := range []string{"write_bw", "stream_bw"} {
-		for _, s := range bwSizes {
-			run(test, s, max(200, (256<<20)/s))
+		for _, s := range []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20} {
+			run(loopbackLink, test, s, max(200, (256<<20)/s))
 		}
 	}
 	for _, test := range []string{"send_lat", "stream_lat"} {
-		for _, s := range latSizes {
-			run(test, s, 2000)
+		for _, s := range []int{64, 1 << 10, 4 << 10, 16 << 10, 64 << 10} {
+			run(loopbackLink, test, s, 2000)
 		}
 	}
 	if err := write(*out, all); err != nil {
@@ -106,88 +139,139 @@ func main() {
 	}
 }
 
-// vroceArgs are vroce-perf's arguments for test on loopback, with TCP in
-// the same run.
-func vroceArgs(test string, args ...string) []string {
-	return append([]string{test, "--loopback", "--compare", "tcp", "--json"}, args...)
-}
-
-// measure runs perf (tool) with args runs times and returns each run's
-// results: the figure of vRoCE (or QUIC), then TCP's.
-func measure(perf, tool string, runs int, args []string) [][]point {
+// measure runs test over l runs times and returns each run's results:
+// vRoCE's figure, then TCP's.
+func measure(l *link, perf string, runs int, test string, args []string) ([][]point, error) {
 	var pairs [][]point
 	for range max(runs, 1) {
-		cmd := exec.Command(perf, args...)
-		var stdout bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "page: %s %v: %v\n", perf, args, err)
+		pts, err := l.run(perf, test, args)
+		if err != nil {
+			return nil, err
+		}
+		for i := range pts {
+			pts[i].Tool, pts[i].Link, pts[i].Loss = vrocePerf, l.name, l.loss
+		}
+		pairs = append(pairs, pts)
+	}
+	return pairs, nil
+}
+
+// measureQuic runs quic-perf with args runs times, in one process on
+// loopback, its own TCP run beside each.
+func measureQuic(quic string, runs int, args []string) [][]point {
+	var pairs [][]point
+	for range max(runs, 1) {
+		pts, err := runTool(exec.Command(quic, args...))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "page:", err)
 			os.Exit(1)
 		}
-		var pair []point
-		sc := bufio.NewScanner(&stdout)
-		for sc.Scan() {
-			var p point
-			if json.Unmarshal(sc.Bytes(), &p) == nil && p.Test != "" {
-				p.Tool = tool
-				pair = append(pair, p)
-			}
+		for i := range pts {
+			pts[i].Tool, pts[i].Link = quicPerf, loopbackLink.name
 		}
-		pairs = append(pairs, pair)
+		pairs = append(pairs, pts)
 	}
 	return pairs
 }
 
-// target is one of the data path's goals (issue 7): a ratio against
-// kernel TCP in the same run, or for send_bw a message rate.
+// target is a goal: a ratio against kernel TCP in the same run, or,
+// under loss, against the same workload without loss.
 type target struct {
 	name, test string
 	args       []string
 	goal       float64
-	rate       bool // the goal is millions of messages a second, not a ratio
+	loss       int // percent dropped each way: the goal is goodput under it over goodput without
 }
 
-var targets = []target{
-	{"rsock stream_bw, 64 KiB: vRoCE/TCP bandwidth", "stream_bw", []string{"-s", "65536", "-n", "16000"}, 1.0, false},
-	{"rsock stream_lat, 64 B: vRoCE/TCP typical latency", "stream_lat", []string{"-s", "64", "-n", "10000"}, 1.25, false},
-	{"verbs write_bw, 64 KiB: vRoCE/TCP bandwidth", "write_bw", []string{"-s", "65536", "-n", "16000"}, 1.2, false},
-	{"verbs send_bw, 64 B: M messages/s", "send_bw", []string{"-s", "64", "-n", "300000"}, 1.0, true},
+// linkTargets are the goals between two namespaces (issue 20), at each
+// MTU.
+var linkTargets = []target{
+	{"stream_lat 64 B: vRoCE/TCP typical latency", "stream_lat", []string{"-s", "64", "-n", "5000"}, 1.25, 0},
+	{"send_lat 64 B: vRoCE/TCP typical latency", "send_lat", []string{"-s", "64", "-n", "5000"}, 1.25, 0},
+	{"stream_bw 64 KiB: vRoCE/TCP bandwidth", "stream_bw", []string{"-s", "65536", "-n", "4000"}, 1.0, 0},
+	{"write_bw 64 KiB: vRoCE/TCP bandwidth", "write_bw", []string{"-s", "65536", "-n", "4000"}, 1.0, 0},
 }
 
-// targetReport lists each target's runs and their median against the
-// goal; results[i] holds the runs of targets[i].
-func targetReport(results [][][]point) string {
+// lossTargets are the goals under random loss, at MTU 1500: goodput kept
+// against the lossless run, every byte verified.
+var lossTargets = []target{
+	{"write_bw 64 KiB, 1% loss each way: of lossless goodput", "write_bw", []string{"-s", "65536", "-n", "4000", "--verify"}, 0.9, 1},
+	{"write_bw 64 KiB, 5% loss each way: of lossless goodput", "write_bw", []string{"-s", "65536", "-n", "4000", "--verify"}, 0.8, 5},
+	{"stream_bw 64 KiB, 1% loss each way: of lossless goodput", "stream_bw", []string{"-s", "65536", "-n", "4000", "--verify"}, 0.9, 1},
+	{"stream_bw 64 KiB, 5% loss each way: of lossless goodput", "stream_bw", []string{"-s", "65536", "-n", "4000", "--verify"}, 0.8, 5},
+}
+
+// runTargets measures every target runs times and reports each run's
+// figure and the median against the goal. Loss runs alternate with
+// lossless ones, so that both see the same machine.
+func runTargets(perf string, runs int, links []*link) (string, error) {
 	var b strings.Builder
-	for i, t := range targets {
-		var figures []float64
-		for _, run := range results[i] {
-			if v, _ := byProvider(run, t.test); t.rate && len(v) > 0 {
-				figures = append(figures, v[0].MsgRate)
-			} else if r := ratio(run); !t.rate && !math.IsNaN(r) {
-				figures = append(figures, r)
+	for _, l := range links {
+		for _, t := range linkTargets {
+			pts, err := measure(l, perf, runs, t.test, t.args)
+			if err != nil {
+				return "", err
 			}
+			var figures []float64
+			for _, run := range pts {
+				if r := ratio(run); !math.IsNaN(r) {
+					figures = append(figures, r)
+				}
+			}
+			verdict(io.MultiWriter(&b, os.Stderr), l.name+": "+t.name, figures, t.goal, isLatency(t.test))
 		}
-		if len(figures) == 0 {
-			fmt.Fprintf(&b, "%s: no results\n", t.name)
-			continue
-		}
-		runs := make([]string, len(figures))
-		for j, f := range figures {
-			runs[j] = fmt.Sprintf("%.2f", f)
-		}
-		slices.Sort(figures)
-		median := figures[(len(figures)-1)/2]
-		goal, met := fmt.Sprintf(">= %.2f", t.goal), median >= t.goal
-		if isLatency(t.test) {
-			goal, met = fmt.Sprintf("<= %.2f", t.goal), median <= t.goal
-		}
-		verdict := "not met"
-		if met {
-			verdict = "met"
-		}
-		fmt.Fprintf(&b, "%s\n  runs %s\n  median %.2f, target %s: %s\n", t.name, strings.Join(runs, " "), median, goal, verdict)
 	}
-	return b.String()
+	if len(links) > 0 {
+		l := links[0]
+		for _, t := range lossTargets {
+			var figures []float64
+			for range max(runs, 1) {
+				clean, err := measure(l, perf, 1, t.test, t.args)
+				if err != nil {
+					return "", err
+				}
+				if err := l.setLoss(t.loss); err != nil {
+					return "", err
+				}
+				lossy, err := measure(l, perf, 1, t.test, t.args)
+				l.setLoss(0)
+				if err != nil {
+					return "", err
+				}
+				c, _ := byProvider(clean[0], t.test)
+				v, _ := byProvider(lossy[0], t.test)
+				if len(c) > 0 && len(v) > 0 && c[0].BWAvg > 0 {
+					figures = append(figures, v[0].BWAvg/c[0].BWAvg)
+				}
+			}
+			verdict(io.MultiWriter(&b, os.Stderr), l.name+": "+t.name, figures, t.goal, false)
+		}
+	}
+	return b.String(), nil
+}
+
+// verdict writes a target's runs and their median against the goal (to
+// the report, and as it goes to stderr).
+func verdict(b io.Writer, name string, figures []float64, goal float64, atMost bool) {
+	if len(figures) == 0 {
+		fmt.Fprintf(b, "%s: no results\n", name)
+		return
+	}
+	runs := make([]string, len(figures))
+	for j, f := range figures {
+		runs[j] = fmt.Sprintf("%.2f", f)
+	}
+	sorted := slices.Sorted(slices.Values(figures))
+	median := sorted[(len(sorted)-1)/2]
+	want, met := fmt.Sprintf(">= %.2f", goal), median >= goal
+	if atMost {
+		want, met = fmt.Sprintf("<= %.2f", goal), median <= goal
+	}
+	v := "not met"
+	if met {
+		v = "met"
+	}
+	fmt.Fprintf(b, "%s\n  runs %s (spread %.2f-%.2f)\n  median %.2f, target %s: %s\n", name, strings.Join(runs, " "), sorted[0], sorted[len(sorted)-1], median, want, v)
 }
 
 // ratio is one run's vRoCE figure over TCP's, latency or bandwidth as the
@@ -241,7 +325,12 @@ func write(dir string, all []point) error {
 	bw := func(p point) float64 { return p.BWAvg }
 	lat := func(p point) float64 { return p.LatTypical }
 	named := func(s series, name, color string) series { s.name, s.color = name, color; return s }
-	vp, qp := byTool(all, vrocePerf), byTool(all, quicPerf)
+	plotted := recordLink(all)
+	vp := slices.DeleteFunc(byTool(all, vrocePerf), func(p point) bool { return p.Link != plotted })
+	qp := byTool(all, quicPerf)
+	if plotted != loopbackLink.name {
+		qp = nil // quic-perf runs on loopback only
+	}
 	tput := []series{
 		named(pick(vp, "write_bw", "udp", bw), "verbs RDMA WRITE over vRoCE", "#1f77b4"),
 		named(pick(vp, "write_bw", "tcp", bw), "same workload, kernel TCP", "#aec7e8"),
@@ -260,10 +349,10 @@ func write(dir string, all []point) error {
 	if s := pick(qp, "stream_lat", "quic", lat); len(s.points) > 0 {
 		lats = append(lats, named(s, "same stream ping-pong, one quic-go stream", "#2ca02c"))
 	}
-	if err := os.WriteFile(filepath.Join(dir, "throughput.svg"), []byte(svg("Throughput against message size (loopback)", "MiB/s", tput)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "throughput.svg"), []byte(svg("Throughput against message size ("+linkTitle(plotted)+")", "MiB/s", tput)), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "latency.svg"), []byte(svg("Half round trip against message size (loopback, typical)", "µs", lats)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "latency.svg"), []byte(svg("Half round trip against message size ("+linkTitle(plotted)+", typical)", "µs", lats)), 0o644); err != nil {
 		return err
 	}
 	raw, _ := json.MarshalIndent(all, "", "  ")
@@ -273,18 +362,56 @@ func write(dir string, all []point) error {
 	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(page(all)), 0o644)
 }
 
-// page is the results page: how it was made, then a table per workload
-// with the ratio to TCP, and for the streams quic-go's beside it.
+// recordLink is the link the plots show: the benchmark of record (two
+// namespaces over veth at MTU 1500) when it ran, else loopback.
+func recordLink(all []point) string {
+	for _, p := range all {
+		if p.Link == "veth1500" {
+			return p.Link
+		}
+	}
+	return loopbackLink.name
+}
+
+// linkTitle says in words where a link's figures were measured.
+func linkTitle(name string) string {
+	if mtu, ok := strings.CutPrefix(name, "veth"); ok {
+		return "two processes, two network namespaces, veth MTU " + mtu
+	}
+	return "one process, loopback"
+}
+
+// page is the results page: how it was made, then for each link a table
+// per workload with the ratio to TCP, and for the streams on loopback
+// quic-go's beside it.
 func page(all []point) string {
 	var b strings.Builder
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	fmt.Fprintf(&b, "# vRoCE against kernel TCP\n\nMade by `make bench-page` on %s: %s, %d CPUs, Linux %s, loopback, the UDP provider (GSO/GRO). Each vRoCE figure and its TCP figure come from one `vroce-perf ... --compare tcp` run, seconds apart; of three such runs per row, the one with the median ratio is shown. Absolute numbers are noise on a shared machine, the ratios less so.\n\n",
+	fmt.Fprintf(&b, "# vRoCE against kernel TCP\n\nMade by `make bench-page` on %s: %s, %d CPUs, Linux %s, the UDP provider (GSO/GRO). Each vRoCE figure and its TCP figure come from one `vroce-perf ... --compare tcp` run, seconds apart; of three such runs per row, the one with the median ratio is shown. Absolute numbers are noise on a shared machine, the ratios less so.\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.Version(), runtime.NumCPU(), strings.TrimSpace(string(kernel)))
+	b.WriteString("**The benchmark of record runs between two processes in two network namespaces joined by a veth pair**, at MTU 1500 and 9000: server in one namespace, client in the other, kernel TCP over the same veth in the same run. One process on loopback, with its 32 KiB packets, comes last as a secondary view.\n\n")
 	vp, qp := byTool(all, vrocePerf), byTool(all, quicPerf)
 	if len(qp) > 0 {
-		fmt.Fprintf(&b, "The stream workloads also ran over one stream of quic-go %s, the other user-space transport over UDP, with `quic-perf` (bench/quic): the same client and server, both in one process, and a kernel TCP run of its own beside each; the quic-go / TCP ratio is against that run's TCP figure.\n\n", qp[0].Version)
+		fmt.Fprintf(&b, "On loopback the stream workloads also ran over one stream of quic-go %s, the other user-space transport over UDP, with `quic-perf` (bench/quic): the same client and server, both in one process, and a kernel TCP run of its own beside each; the quic-go / TCP ratio is against that run's TCP figure.\n\n", qp[0].Version)
 	}
 	b.WriteString("![throughput](throughput.svg)\n\n![latency](latency.svg)\n\n")
+	for _, name := range []string{"veth1500", "veth9000", loopbackLink.name} {
+		on := func(pts []point) []point {
+			return slices.DeleteFunc(slices.Clone(pts), func(p point) bool { return p.Link != name && (p.Link != "" || name != loopbackLink.name) })
+		}
+		lv, lq := on(vp), on(qp)
+		if len(lv) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "# %s\n\n", linkTitle(name))
+		tables(&b, lv, lq)
+	}
+	b.WriteString("Raw results: `results.json`.\n")
+	return b.String()
+}
+
+// tables writes a table per workload of one link's points.
+func tables(b *strings.Builder, vp, qp []point) {
 	cpu := func(p point) string {
 		if p.CPUPerGiB == 0 {
 			return "-"
@@ -298,6 +425,9 @@ func page(all []point) string {
 		// Latency runs measure no CPU per GiB, so their tables leave it out.
 		bandwidth := !isLatency(t.test)
 		v, k := byProvider(vp, t.test)
+		if len(v) == 0 {
+			continue
+		}
 		q, qk := byProvider(qp, t.test)
 		head := []string{"bytes", "vRoCE (" + t.unit + ")", "TCP (" + t.unit + ")", "vRoCE / TCP"}
 		if bandwidth {
@@ -309,9 +439,9 @@ func page(all []point) string {
 				head = append(head, "CPU s/GiB quic-go")
 			}
 		}
-		fmt.Fprintf(&b, "## %s\n\n", t.title)
-		row(&b, head...)
-		row(&b, slices.Repeat([]string{"---"}, len(head))...)
+		fmt.Fprintf(b, "## %s\n\n", t.title)
+		row(b, head...)
+		row(b, slices.Repeat([]string{"---"}, len(head))...)
 		for i := range min(len(v), len(k)) {
 			cells := []string{fmt.Sprint(v[i].Bytes), fmt.Sprintf("%.1f", v[i].figure()), fmt.Sprintf("%.1f", k[i].figure()), fmt.Sprintf("%.2fx", v[i].figure()/k[i].figure())}
 			if bandwidth {
@@ -327,12 +457,10 @@ func page(all []point) string {
 				}
 				cells = append(cells, quic...)
 			}
-			row(&b, cells...)
+			row(b, cells...)
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("Raw results: `results.json`.\n")
-	return b.String()
 }
 
 // row writes one Markdown table row.

@@ -87,42 +87,47 @@ func TestMedianRunKeepsOneRunsPair(t *testing.T) {
 	}
 }
 
-// The targets report takes each run's ratio (or, for send_bw, its message
-// rate), and judges the median against the goal: at least the goal for
-// bandwidth and rate, at most for latency.
-func TestTargetReportJudgesTheMedian(t *testing.T) {
-	pair := func(test string, v, k point) []point {
-		v.Test, v.Provider, k.Test, k.Provider = test, "udp", test, "tcp"
-		return []point{v, k}
-	}
-	results := [][][]point{
-		{ // stream_bw: ratios 0.5, 1.1, 1.2: median 1.1, met
-			pair("stream_bw", point{BWAvg: 50}, point{BWAvg: 100}),
-			pair("stream_bw", point{BWAvg: 110}, point{BWAvg: 100}),
-			pair("stream_bw", point{BWAvg: 120}, point{BWAvg: 100}),
-		},
-		{ // stream_lat: ratios 1.5, 1.2, 2.0: median 1.5, not met
-			pair("stream_lat", point{LatTypical: 15}, point{LatTypical: 10}),
-			pair("stream_lat", point{LatTypical: 12}, point{LatTypical: 10}),
-			pair("stream_lat", point{LatTypical: 20}, point{LatTypical: 10}),
-		},
-		{ // write_bw: one run, no TCP figure: no results
-			{{Test: "write_bw", Provider: "udp", BWAvg: 10}},
-		},
-		{ // send_bw: rates 0.9 and 1.3: the lower middle, 0.9, not met
-			pair("send_bw", point{MsgRate: 1.3}, point{MsgRate: 0.1}),
-			pair("send_bw", point{MsgRate: 0.9}, point{MsgRate: 0.1}),
-		},
-	}
-	r := targetReport(results)
+// A target's verdict judges the median of its runs against the goal: at
+// least the goal for bandwidth and goodput, at most for latency; an even
+// count takes the lower middle.
+func TestVerdictJudgesTheMedian(t *testing.T) {
+	var b strings.Builder
+	verdict(&b, "bw", []float64{0.5, 1.1, 1.2}, 1.0, false)
+	verdict(&b, "lat", []float64{1.5, 1.2, 2.0}, 1.25, true)
+	verdict(&b, "none", nil, 1.0, false)
+	verdict(&b, "even", []float64{1.3, 0.9}, 1.0, false)
+	r := b.String()
 	for _, want := range []string{
-		"runs 0.50 1.10 1.20\n  median 1.10, target >= 1.00: met",
-		"runs 1.50 1.20 2.00\n  median 1.50, target <= 1.25: not met",
-		"verbs write_bw, 64 KiB: vRoCE/TCP bandwidth: no results",
-		"runs 1.30 0.90\n  median 0.90, target >= 1.00: not met",
+		"bw\n  runs 0.50 1.10 1.20 (spread 0.50-1.20)\n  median 1.10, target >= 1.00: met",
+		"lat\n  runs 1.50 1.20 2.00 (spread 1.20-2.00)\n  median 1.50, target <= 1.25: not met",
+		"none: no results",
+		"even\n  runs 1.30 0.90 (spread 0.90-1.30)\n  median 0.90, target >= 1.00: not met",
 	} {
 		if !strings.Contains(r, want) {
 			t.Errorf("the report lacks %q:\n%s", want, r)
 		}
+	}
+}
+
+// The page leads with the two-namespace links, each under its own
+// heading, and keeps loopback last.
+func TestPageLeadsWithTheLinks(t *testing.T) {
+	all := []point{
+		{Tool: vrocePerf, Link: "loopback", Test: "send_lat", Provider: "udp", Bytes: 64, LatTypical: 15},
+		{Tool: vrocePerf, Link: "loopback", Test: "send_lat", Provider: "tcp", Bytes: 64, LatTypical: 12},
+		{Tool: vrocePerf, Link: "veth1500", Test: "send_lat", Provider: "udp", Bytes: 64, LatTypical: 30},
+		{Tool: vrocePerf, Link: "veth1500", Test: "send_lat", Provider: "tcp", Bytes: 64, LatTypical: 20},
+	}
+	p := page(all)
+	veth := strings.Index(p, "# two processes, two network namespaces, veth MTU 1500")
+	loop := strings.Index(p, "# one process, loopback")
+	if veth < 0 || loop < 0 || veth > loop {
+		t.Fatalf("want the veth section, then loopback:\n%s", p)
+	}
+	if !strings.Contains(p[veth:loop], "| 64 | 30.0 | 20.0 | 1.50x |") || !strings.Contains(p[loop:], "| 64 | 15.0 | 12.0 | 1.25x |") {
+		t.Fatalf("each section holds its own link's figures:\n%s", p)
+	}
+	if recordLink(all) != "veth1500" {
+		t.Fatalf("the plots show %s, want veth1500", recordLink(all))
 	}
 }

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// link is where a measurement runs: both ends in one process on loopback,
+// or (the benchmark of record) two processes in two network namespaces
+// joined by a veth pair, the way two hosts see each other.
+type link struct {
+	name   string // "loopback", "veth1500", "veth9000"
+	mtu    int    // of the veth; 0 on loopback
+	a, b   string // the namespaces: server in a, client in b
+	server string // a's address
+	loss   int    // percent of UDP 4791 each namespace drops on the way out (nftables)
+	port   int    // the next control port
+}
+
+// loopbackLink is the secondary view: one process, loopback.
+var loopbackLink = &link{name: "loopback"}
+
+// vethLink makes two namespaces joined by a veth pair of the given MTU.
+// It needs root and ip; close removes them.
+func vethLink(mtu int) (*link, error) {
+	id := fmt.Sprintf("%d-%d", os.Getpid(), mtu)
+	l := &link{name: fmt.Sprintf("veth%d", mtu), mtu: mtu, a: "vroce-page-a-" + id, b: "vroce-page-b-" + id, server: "10.78.0.1", port: 19000}
+	steps := [][]string{
+		{"netns", "add", l.a}, {"netns", "add", l.b},
+		{"link", "add", "vpA", "netns", l.a, "type", "veth", "peer", "name", "vpB", "netns", l.b},
+		{"-n", l.a, "addr", "add", "10.78.0.1/24", "dev", "vpA"}, {"-n", l.b, "addr", "add", "10.78.0.2/24", "dev", "vpB"},
+		{"-n", l.a, "link", "set", "vpA", "mtu", fmt.Sprint(mtu), "up"}, {"-n", l.b, "link", "set", "vpB", "mtu", fmt.Sprint(mtu), "up"},
+		{"-n", l.a, "link", "set", "lo", "up"}, {"-n", l.b, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
+			l.close()
+			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, out)
+		}
+	}
+	return l, nil
+}
+
+// setLoss has each namespace drop pct percent of the UDP 4791 datagrams
+// it sends, at random (0: none), with nftables.
+func (l *link) setLoss(pct int) error {
+	for _, ns := range []string{l.a, l.b} {
+		_ = exec.Command("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "vroce_loss").Run()
+		if pct == 0 {
+			continue
+		}
+		rules := fmt.Sprintf("table inet vroce_loss {\n chain out {\n  type filter hook output priority 0;\n  udp dport 4791 numgen random mod 100 < %d drop\n  udp sport 4791 numgen random mod 100 < %d drop\n }\n}\n", pct, pct)
+		cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(rules)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("nft in %s: %v: %s", ns, err, out)
+		}
+	}
+	l.loss = pct
+	return nil
+}
+
+func (l *link) close() {
+	if l.a == "" {
+		return
+	}
+	_ = exec.Command("ip", "netns", "del", l.a).Run()
+	_ = exec.Command("ip", "netns", "del", l.b).Run()
+}
+
+// run runs one vroce-perf measurement over the link, with kernel TCP in
+// the same run (--compare tcp), and returns its result lines.
+func (l *link) run(perf string, test string, args []string) ([]point, error) {
+	if l.a == "" {
+		return runTool(exec.Command(perf, append([]string{test, "--loopback", "--compare", "tcp", "--json"}, args...)...))
+	}
+	l.port++
+	port := fmt.Sprint(l.port)
+	server := exec.Command("ip", "netns", "exec", l.a, perf, test, "--port", port, "--json")
+	server.Stdout, server.Stderr = nil, os.Stderr
+	if err := server.Start(); err != nil {
+		return nil, err
+	}
+	defer server.Wait()
+	client := append([]string{"netns", "exec", l.b, perf, test, "--port", port, "--compare", "tcp", "--json"}, args...)
+	client = append(client, l.server)
+	for try := 0; ; try++ {
+		pts, err := runTool(exec.Command("ip", client...))
+		if err == nil || try == 50 {
+			if err != nil {
+				server.Process.Kill()
+			}
+			return pts, err
+		}
+		time.Sleep(100 * time.Millisecond) // the server is not listening yet
+	}
+}
+
+// runTool runs a measuring command and parses its JSON result lines.
+func runTool(cmd *exec.Cmd) ([]point, error) {
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s: %v: %s", strings.Join(cmd.Args, " "), err, stderr.Bytes())
+	}
+	os.Stderr.Write(stderr.Bytes())
+	var pts []point
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var p point
+		if json.Unmarshal(sc.Bytes(), &p) == nil && p.Test != "" {
+			pts = append(pts, p)
+		}
+	}
+	return pts, nil
+}
