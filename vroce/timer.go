@@ -81,33 +81,31 @@ func (h *timerHeap) pop() timerEntry {
 func (d *Device) schedule(qp *QP, at int64) {
 	t := &d.timers
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if qp.timerAt != 0 && qp.timerAt <= at {
-		return
-	}
-	qp.timerAt = at
-	t.h.push(timerEntry{at: at, qp: qp})
-	if at < t.armed {
-		t.armed = at
-		t.clock.Arm(at)
-	}
+	t.scheduleLocked(&qp.timerAt, timerEntry{at: at, qp: qp})
+	t.mu.Unlock()
 }
 
 // scheduleTurn makes sure the timer goroutine looks at the receive turn's
-// lease no later than at: as with schedule, a later deadline costs
-// nothing while an earlier one is pending.
+// lease no later than at.
 func (d *Device) scheduleTurn(at int64) {
 	t := &d.timers
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.turnAt != 0 && t.turnAt <= at {
+	t.scheduleLocked(&t.turnAt, timerEntry{at: at})
+	t.mu.Unlock()
+}
+
+// scheduleLocked queues e unless its owner's pending deadline (*pending,
+// 0 for none) comes no later, and re-arms the clock if e is the
+// earliest: a later deadline costs nothing while an earlier one waits.
+func (t *timerQueue) scheduleLocked(pending *int64, e timerEntry) {
+	if *pending != 0 && *pending <= e.at {
 		return
 	}
-	t.turnAt = at
-	t.h.push(timerEntry{at: at})
-	if at < t.armed {
-		t.armed = at
-		t.clock.Arm(at)
+	*pending = e.at
+	t.h.push(e)
+	if e.at < t.armed {
+		t.armed = e.at
+		t.clock.Arm(e.at)
 	}
 }
 

@@ -10,20 +10,28 @@ import (
 	"vroce.dev/vroce"
 )
 
+// twoProviders opens a receiving and a sending provider on loopback, and
+// buffers for the receiver.
+func twoProviders(t *testing.T) (rx, tx *Provider, pkts []vroce.Packet) {
+	t.Helper()
+	rx, err := Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { rx.Close() })
+	tx, err = Listen("127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { tx.Close() })
+	pkts = make([]vroce.Packet, 4)
+	for i := range pkts {
+		pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+	}
+	return rx, tx, pkts
+}
+
 // InterruptRecv ends a receive parked on an idle socket without an error,
 // one that starts after it at once, and leaves no deadline behind: the
 // datagram that comes next is received as ever.
 func TestInterruptRecvEndsAReceiveAndLeavesTheSocketAsItWas(t *testing.T) {
-	rx, err := Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer rx.Close()
-	tx, err := Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer tx.Close()
-	pkts := make([]vroce.Packet, 4)
-	for i := range pkts {
-		pkts[i].Data = make([]byte, vroce.MaxPacketSize)
-	}
+	rx, tx, pkts := twoProviders(t)
 
 	// Parked in the poller: the interrupt wakes it.
 	done := make(chan error, 1)
@@ -59,16 +67,7 @@ func TestInterruptRecvEndsAReceiveAndLeavesTheSocketAsItWas(t *testing.T) {
 // RecvEach returns nil, keeping what it has not delivered, once deliver
 // asks for no more.
 func TestRecvEachStopsWhenDeliverSaysSo(t *testing.T) {
-	rx, err := Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer rx.Close()
-	tx, err := Listen("127.0.0.1:0")
-	require.NoError(t, err)
-	defer tx.Close()
-	pkts := make([]vroce.Packet, 4)
-	for i := range pkts {
-		pkts[i].Data = make([]byte, vroce.MaxPacketSize)
-	}
+	rx, tx, pkts := twoProviders(t)
 	require.NoError(t, tx.Send([]vroce.Packet{{Data: []byte("one"), Addr: rx.LocalAddr()}}))
 	calls := 0
 	require.NoError(t, rx.RecvEach(pkts, func(n int) bool { calls++; return false }))
