@@ -145,13 +145,13 @@ func (cq *CQ) OnCompletion(f func()) {
 // handlerQueue is the device's list of CQs whose completion handler is to
 // run at the end of the receive batch in progress.
 type handlerQueue struct {
-	mu      sync.Mutex
-	inBatch bool
-	due     []*CQ
-	// batching mirrors inBatch for readers that take no lock: a
+	mu  sync.Mutex
+	due []*CQ
+	// inBatch: a receive batch is in progress. Written under mu, so that
+	// add sees it with the queue; read without it by CQ.wakeLocked (a
 	// completion pushed while it is set is seen by the receive turn's
-	// holder after its batch (CQ.wakeLocked).
-	batching atomic.Bool
+	// holder after its batch).
+	inBatch atomic.Bool
 }
 
 // add queues cq's handler if a receive batch is in progress (under
@@ -159,7 +159,7 @@ type handlerQueue struct {
 func (h *handlerQueue) add(cq *CQ) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.inBatch {
+	if !h.inBatch.Load() {
 		return false
 	}
 	if !cq.handlerDue {
@@ -172,8 +172,7 @@ func (h *handlerQueue) add(cq *CQ) bool {
 // begin marks a receive batch in progress.
 func (h *handlerQueue) begin() {
 	h.mu.Lock()
-	h.inBatch = true
-	h.batching.Store(true)
+	h.inBatch.Store(true)
 	h.mu.Unlock()
 }
 
@@ -181,8 +180,7 @@ func (h *handlerQueue) begin() {
 // caller's scratch slice, returned for reuse, its length how many ran.
 func (h *handlerQueue) end(due []*CQ) []*CQ {
 	h.mu.Lock()
-	h.inBatch = false
-	h.batching.Store(false)
+	h.inBatch.Store(false)
 	due, h.due = h.due, due[:0]
 	h.mu.Unlock()
 	for i, cq := range due {
@@ -211,7 +209,7 @@ func (cq *CQ) grow() {
 }
 
 func (cq *CQ) wakeLocked() {
-	if cq.receiving > 0 && !cq.dev.handlers.batching.Load() {
+	if cq.receiving > 0 && !cq.dev.handlers.inBatch.Load() {
 		// Its waiter is receiving, and not in a batch after which it
 		// would look: it must hear of this now.
 		cq.dev.interruptTurn()
@@ -274,10 +272,11 @@ func (cq *CQ) Wait(ctx context.Context) error {
 				cq.mu.Unlock()
 				return err
 			}
-			if out := d.getBatch(); d.takeTurnFree(out) {
+			if d.takeTurnFree() {
 				cq.receiving++
 				cq.interruptOnDoneLocked(ctx)
 				cq.mu.Unlock()
+				out := d.getBatch()
 				err := d.receiveFor(ctx, out, cq.turnDone)
 				d.putBatch(out)
 				cq.mu.Lock()
@@ -288,8 +287,6 @@ func (cq *CQ) Wait(ctx context.Context) error {
 				}
 				turn = err == nil // the receive goroutine deals with the provider's error
 				continue
-			} else {
-				d.putBatch(out)
 			}
 		}
 		var bell, others chan struct{} // a nil channel never fires
@@ -352,8 +349,12 @@ func (cq *CQ) interruptOnDoneLocked(ctx context.Context) {
 	})
 }
 
-// readyLocked reports whether Wait returns now, and with what.
+// readyLocked reports whether Wait returns now, and with what; it takes
+// a Wake it returns for.
 func (cq *CQ) readyLocked() (bool, error) {
+	if !cq.waitOverLocked() {
+		return false, nil
+	}
 	switch {
 	case cq.n > 0:
 		return true, nil
@@ -361,19 +362,20 @@ func (cq *CQ) readyLocked() (bool, error) {
 		return true, ErrCQOverflow
 	case cq.gone:
 		return true, ErrClosed
-	case cq.woken:
-		cq.woken = false
-		return true, nil
 	}
-	return false, nil
+	cq.woken = false
+	return true, nil
 }
 
+// waitOverLocked reports whether a Wait would return now.
+func (cq *CQ) waitOverLocked() bool { return cq.n > 0 || cq.overflow || cq.gone || cq.woken }
+
 // turnDone reports whether a waiter receiving for the device has what it
-// waits for (readyLocked would return).
+// waits for.
 func (cq *CQ) turnDone() bool {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	return cq.n > 0 || cq.overflow || cq.gone || cq.woken
+	return cq.waitOverLocked()
 }
 
 // Wake makes a blocked Wait return, or the next one return at once, with

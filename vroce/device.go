@@ -251,7 +251,7 @@ func (d *Device) rxLoop() {
 	var due []*CQ // the handlers a batch made due, reused
 	handing := false
 	deliver := func(n int) bool {
-		due = d.handleBatch(t.pkts[:n], out, due)
+		due = d.handleBatch(t.batch(n), out, due)
 		handing = d.handOver()
 		d.settle(out, handing)
 		return !handing
@@ -332,14 +332,18 @@ func (d *Device) settle(out *txBatch, keep bool) {
 // out.acks with the turn), learning from each whether a request carried
 // it in the meantime.
 func (d *Device) sendLeftOwed(out *txBatch) {
-	for _, qp := range out.acks {
+	for i, qp := range out.acks {
 		qp.mu.Lock()
 		if qp.resp.ackPending {
 			qp.resp.replies = false // nothing answered in time
 		}
+		qp.resp.ackQueued = false
+		qp.sendOwedAckLocked(out)
 		qp.mu.Unlock()
+		out.acks[i] = nil
 	}
-	d.settle(out, false)
+	out.acks = out.acks[:0]
+	d.flush(out)
 }
 
 // leavesAckOwed reports whether the QP's owed ACK may wait for a request

@@ -16,7 +16,9 @@ type Packet struct {
 	// provider shortens Data to what arrived,
 	// or lends memory of its own instead (a segment of a coalesced
 	// datagram, say), valid until the next Recv: the device is done with
-	// every packet of a batch before it asks for the next.
+	// every packet of a batch before it asks for the next. It changes
+	// only the packets it returns (or delivers): the device sets back
+	// just those.
 	Data []byte
 	// Addr is the destination on Send and the source on Recv.
 	Addr netip.AddrPort

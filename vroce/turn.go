@@ -28,7 +28,7 @@ import (
 //   - free -> waiter, to a CQ waiter that finds it free or is offered it;
 //   - waiter -> free, once its CQ holds something for it, or its wait is
 //     cut short (its context, Wake, the CQ destroyed);
-//   - free -> loop, once nobody has taken it for turnLease: a program that
+//   - free -> loop, once nobody has taken it for its lease: a program that
 //     stops waiting does not stop the device receiving for long, and an
 //     ACK a reply did not carry leaves no later than that.
 //
@@ -42,6 +42,7 @@ type receiveTurn struct {
 	mu        sync.Mutex
 	holder    turnHolder
 	freeSince int64         // device time the turn went free
+	lease     int64         // how long it may stay free (turnLease to maxTurnLease)
 	parked    int           // CQ waiters that would take an offered turn
 	owed      []*QP         // ACKs the last holder left for a reply to carry
 	offer     chan struct{} // capacity 1: the turn is free, for a parked waiter
@@ -51,6 +52,7 @@ type receiveTurn struct {
 	pkts []Packet
 	bufs []byte
 	size int
+	used int // how many of pkts a provider may have changed since buffers
 	// The waiter holding the turn, and its deliver function, made once.
 	session waiterSession
 	deliver func(n int) bool
@@ -65,36 +67,52 @@ const (
 )
 
 // turnLease is how long the turn may stay free before the receive
-// goroutine takes it back. A ping-pong's holder is back within
-// microseconds; a program busy elsewhere for longer leaves the device
-// unread, and an ACK owed, no longer than this: a tenth of the
-// retransmission timer's floor (minRTO).
-const turnLease = 500 * time.Microsecond
+// goroutine takes it back, at first. A ping-pong's holder is back within
+// microseconds; a program busy elsewhere leaves the device unread, and
+// an ACK owed, no longer than the lease. Each check that finds a waiter
+// holding the turn doubles the lease, up to maxTurnLease, and the receive
+// goroutine taking it back resets it: a check every 500 us cost a
+// loopback ping-pong in one process a third of its speed (11 to 16 us),
+// however little it did, by waking a thread.
+const (
+	turnLease    = 500 * time.Microsecond
+	maxTurnLease = 4 * time.Millisecond // below minRTO: an ACK left owed never costs a timeout
+)
 
 func (t *receiveTurn) init(d *Device, p Provider, mtu MTU) {
 	t.deliver = d.deliverToWaiter
 	t.intr, _ = p.(RecvInterrupter)
-	t.holder = turnLoop
+	t.holder, t.lease = turnLoop, int64(turnLease)
 	t.offer = make(chan struct{}, 1)
 	t.back = make(chan struct{}, 1)
 	n := max(p.BatchSize(), 1)
 	t.size = packetSize(mtu)
 	t.pkts = make([]Packet, n)
 	t.bufs = make([]byte, n*t.size)
+	t.used = n
 }
 
-// buffers gives the holder the device's receive buffers, which a provider
-// may have replaced by its own during the last batch.
+// buffers gives the holder the device's receive buffers. A provider
+// shortens, or replaces by memory of its own, the packets it delivers:
+// those, and only those, are set back (every receive call pays for it,
+// and a waiter makes one per wait).
 func (t *receiveTurn) buffers() []Packet {
-	for i := range t.pkts {
+	for i := range t.used {
 		t.pkts[i].Data = t.bufs[i*t.size : (i+1)*t.size : (i+1)*t.size]
 	}
+	t.used = 0
 	return t.pkts
 }
 
-// takeLocked makes h the holder and moves the ACKs left owed into out.
-func (t *receiveTurn) takeLocked(h turnHolder, out *txBatch) {
-	t.holder = h
+// batch is the first n receive buffers, as a batch the provider
+// delivered: buffers sets them back before the next receive.
+func (t *receiveTurn) batch(n int) []Packet {
+	t.used = max(t.used, n)
+	return t.pkts[:n]
+}
+
+// takeOwedLocked moves the ACKs the last holder left owed into out.
+func (t *receiveTurn) takeOwedLocked(out *txBatch) {
 	out.acks = append(out.acks, t.owed...)
 	clear(t.owed)
 	t.owed = t.owed[:0]
@@ -102,7 +120,7 @@ func (t *receiveTurn) takeLocked(h turnHolder, out *txBatch) {
 
 // release gives the turn up, leaving out's owed ACKs to the next holder;
 // a parked waiter is offered it, and the receive goroutine gets it back
-// after turnLease if nobody takes it.
+// after its lease if nobody takes it.
 func (d *Device) releaseTurn(out *txBatch) {
 	t := &d.turn
 	now := d.now()
@@ -112,6 +130,7 @@ func (d *Device) releaseTurn(out *txBatch) {
 	clear(out.acks)
 	out.acks = out.acks[:0]
 	parked := t.parked > 0
+	lease := t.lease
 	t.mu.Unlock()
 	if parked {
 		select {
@@ -119,7 +138,7 @@ func (d *Device) releaseTurn(out *txBatch) {
 		default:
 		}
 	}
-	d.scheduleTurn(now + int64(turnLease))
+	d.scheduleTurn(now + lease)
 }
 
 // awaitTurn blocks the receive goroutine until the turn is its again; it
@@ -134,7 +153,8 @@ func (d *Device) awaitTurn(out *txBatch) bool {
 		}
 		t.mu.Lock()
 		if t.holder == turnFree {
-			t.takeLocked(turnLoop, out)
+			t.holder = turnLoop
+			t.takeOwedLocked(out)
 			t.mu.Unlock()
 			return true
 		}
@@ -150,16 +170,23 @@ func (t *receiveTurn) giveBack() {
 	}
 }
 
-// checkTurnLease, on the timer goroutine, gives a turn free for
-// turnLease back to the receive goroutine.
+// checkTurnLease, on the timer goroutine, gives a turn free for its
+// lease back to the receive goroutine, and lengthens the lease of a turn
+// it finds in use.
 func (d *Device) checkTurnLease(now int64) {
 	t := &d.turn
 	t.mu.Lock()
 	if t.holder != turnFree {
+		if t.holder == turnWaiter {
+			t.lease = min(2*t.lease, int64(maxTurnLease))
+		}
 		t.mu.Unlock()
 		return
 	}
-	at := t.freeSince + int64(turnLease)
+	at := t.freeSince + t.lease
+	if at <= now {
+		t.lease = int64(turnLease)
+	}
 	t.mu.Unlock()
 	if at > now {
 		d.scheduleTurn(at)
@@ -174,8 +201,9 @@ func (d *Device) handOver() bool {
 	return d.turn.intr != nil && d.turn.woke.Swap(false) && d.yield.open()
 }
 
-// takeTurnFree gives a CQ waiter the turn if it is free.
-func (d *Device) takeTurnFree(out *txBatch) bool {
+// takeTurnFree gives a CQ waiter the turn if it is free; receiveFor then
+// takes the ACKs the last holder left owed.
+func (d *Device) takeTurnFree() bool {
 	t := &d.turn
 	if t.intr == nil {
 		return false
@@ -185,7 +213,7 @@ func (d *Device) takeTurnFree(out *txBatch) bool {
 	if t.holder != turnFree {
 		return false
 	}
-	t.takeLocked(turnWaiter, out)
+	t.holder = turnWaiter
 	return true
 }
 
@@ -229,6 +257,9 @@ func (d *Device) unpark() {
 // instead.
 func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool) error {
 	t := &d.turn
+	t.mu.Lock()
+	t.takeOwedLocked(out)
+	t.mu.Unlock()
 	d.sendLeftOwed(out)
 	w := &t.session
 	w.out, w.done, w.keep = out, done, false
@@ -273,7 +304,7 @@ type waiterSession struct {
 func (d *Device) deliverToWaiter(n int) bool {
 	w := &d.turn.session
 	d.stats.rxByWaiters.Add(uint64(n))
-	w.due = d.handleBatch(d.turn.pkts[:n], w.out, w.due)
+	w.due = d.handleBatch(d.turn.batch(n), w.out, w.due)
 	w.keep = w.done()
 	d.settle(w.out, w.keep)
 	return !w.keep

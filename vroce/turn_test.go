@@ -233,7 +233,8 @@ func TestProviderFailureUnderAWaiter(t *testing.T) {
 }
 
 // The lease check gives a free turn back only once it has been free for
-// turnLease, and leaves a held one alone.
+// its lease, and leaves a held one alone; a turn a waiter holds at a check
+// has its lease doubled, up to maxTurnLease, and an expiry resets it.
 func TestTurnLease(t *testing.T) {
 	a, _ := turnQPs(t)
 	d := a.dev
@@ -250,29 +251,43 @@ func TestTurnLease(t *testing.T) {
 	require.Equal(t, turnLoop, holder)
 	defer func() {
 		tr.mu.Lock()
-		tr.holder = holder
+		tr.holder, tr.lease = holder, int64(turnLease)
 		tr.mu.Unlock()
 	}()
+	lease := func() time.Duration {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return time.Duration(tr.lease)
+	}
+	gaveBack := func() bool {
+		select {
+		case <-tr.back:
+			return true
+		default:
+			return false
+		}
+	}
 
 	d.checkTurnLease(base + int64(turnLease) - 1)
-	select {
-	case <-tr.back:
-		t.Fatal("the turn went back before its lease ran out")
-	default:
-	}
+	assert.False(t, gaveBack(), "the turn went back before its lease ran out")
 	d.checkTurnLease(base + int64(turnLease))
-	select {
-	case <-tr.back:
-	default:
-		t.Fatal("a turn free for the whole lease did not go back")
-	}
+	assert.True(t, gaveBack(), "a turn free for the whole lease did not go back")
+
 	tr.mu.Lock()
 	tr.holder = turnWaiter
 	tr.mu.Unlock()
-	d.checkTurnLease(base + 10*int64(turnLease))
-	select {
-	case <-tr.back:
-		t.Fatal("a held turn was given back")
-	default:
+	for _, want := range []time.Duration{2 * turnLease, 4 * turnLease, 8 * turnLease, maxTurnLease} {
+		d.checkTurnLease(base + 10*int64(turnLease))
+		assert.False(t, gaveBack(), "a held turn was given back")
+		assert.Equal(t, want, lease(), "the lease of a turn found in use")
 	}
+
+	tr.mu.Lock()
+	tr.holder, tr.freeSince = turnFree, base
+	tr.mu.Unlock()
+	d.checkTurnLease(base + int64(turnLease))
+	assert.False(t, gaveBack(), "the turn went back before its lengthened lease ran out")
+	d.checkTurnLease(base + int64(maxTurnLease))
+	assert.True(t, gaveBack(), "a turn free for its whole lease did not go back")
+	assert.Equal(t, turnLease, lease(), "an expiry resets the lease")
 }
