@@ -89,12 +89,10 @@ func main() {
 		}
 	}
 	if *targetsOnly {
-		report, err := runTargets(*perf, *runs, links)
-		if err != nil {
+		if err := runTargets(os.Stdout, *perf, *runs, links); err != nil {
 			fmt.Fprintln(os.Stderr, "page:", err)
 			os.Exit(1)
 		}
-		fmt.Print(report)
 		return
 	}
 	var all []point
@@ -201,16 +199,16 @@ var lossTargets = []target{
 	{"stream_bw 64 KiB, 5% loss each way: of lossless goodput", "stream_bw", []string{"-s", "65536", "-n", "4000", "--verify"}, 0.8, 5},
 }
 
-// runTargets measures every target runs times and reports each run's
-// figure and the median against the goal. Loss runs alternate with
-// lossless ones, so that both see the same machine.
-func runTargets(perf string, runs int, links []*link) (string, error) {
-	var b strings.Builder
+// runTargets measures every target runs times and reports to w, as it
+// goes, each run's figure and the median against the goal. Loss runs
+// alternate with lossless ones, so that both see the same machine; they
+// run on the first link, MTU 1500.
+func runTargets(w io.Writer, perf string, runs int, links []*link) error {
 	for _, l := range links {
 		for _, t := range linkTargets {
 			pts, err := measure(l, perf, runs, t.test, t.args)
 			if err != nil {
-				return "", err
+				return err
 			}
 			var figures []float64
 			for _, run := range pts {
@@ -218,7 +216,7 @@ func runTargets(perf string, runs int, links []*link) (string, error) {
 					figures = append(figures, r)
 				}
 			}
-			verdict(io.MultiWriter(&b, os.Stderr), l.name+": "+t.name, figures, t.goal, isLatency(t.test))
+			verdict(w, l.name+": "+t.name, figures, t.goal, isLatency(t.test))
 		}
 	}
 	if len(links) > 0 {
@@ -228,15 +226,15 @@ func runTargets(perf string, runs int, links []*link) (string, error) {
 			for range max(runs, 1) {
 				clean, err := measure(l, perf, 1, t.test, t.args)
 				if err != nil {
-					return "", err
+					return err
 				}
 				if err := l.setLoss(t.loss); err != nil {
-					return "", err
+					return err
 				}
 				lossy, err := measure(l, perf, 1, t.test, t.args)
 				l.setLoss(0)
 				if err != nil {
-					return "", err
+					return err
 				}
 				c, _ := byProvider(clean[0], t.test)
 				v, _ := byProvider(lossy[0], t.test)
@@ -244,14 +242,13 @@ func runTargets(perf string, runs int, links []*link) (string, error) {
 					figures = append(figures, v[0].BWAvg/c[0].BWAvg)
 				}
 			}
-			verdict(io.MultiWriter(&b, os.Stderr), l.name+": "+t.name, figures, t.goal, false)
+			verdict(w, l.name+": "+t.name, figures, t.goal, false)
 		}
 	}
-	return b.String(), nil
+	return nil
 }
 
-// verdict writes a target's runs and their median against the goal (to
-// the report, and as it goes to stderr).
+// verdict writes a target's runs and their median against the goal.
 func verdict(b io.Writer, name string, figures []float64, goal float64, atMost bool) {
 	if len(figures) == 0 {
 		fmt.Fprintf(b, "%s: no results\n", name)
@@ -326,7 +323,7 @@ func write(dir string, all []point) error {
 	lat := func(p point) float64 { return p.LatTypical }
 	named := func(s series, name, color string) series { s.name, s.color = name, color; return s }
 	plotted := recordLink(all)
-	vp := slices.DeleteFunc(byTool(all, vrocePerf), func(p point) bool { return p.Link != plotted })
+	vp := slices.DeleteFunc(byTool(all, vrocePerf), func(p point) bool { return p.where() != plotted })
 	qp := byTool(all, quicPerf)
 	if plotted != loopbackLink.name {
 		qp = nil // quic-perf runs on loopback only
@@ -360,6 +357,15 @@ func write(dir string, all []point) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "README.md"), []byte(page(all)), 0o644)
+}
+
+// where is the link p was measured on; results without one are from
+// loopback, the only link there once was.
+func (p point) where() string {
+	if p.Link == "" {
+		return loopbackLink.name
+	}
+	return p.Link
 }
 
 // recordLink is the link the plots show: the benchmark of record (two
@@ -397,7 +403,7 @@ func page(all []point) string {
 	b.WriteString("![throughput](throughput.svg)\n\n![latency](latency.svg)\n\n")
 	for _, name := range []string{"veth1500", "veth9000", loopbackLink.name} {
 		on := func(pts []point) []point {
-			return slices.DeleteFunc(slices.Clone(pts), func(p point) bool { return p.Link != name && (p.Link != "" || name != loopbackLink.name) })
+			return slices.DeleteFunc(slices.Clone(pts), func(p point) bool { return p.where() != name })
 		}
 		lv, lq := on(vp), on(qp)
 		if len(lv) == 0 {

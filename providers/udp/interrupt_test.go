@@ -33,21 +33,30 @@ func twoProviders(t *testing.T) (rx, tx *Provider, pkts []vroce.Packet) {
 func TestInterruptRecvEndsAReceiveAndLeavesTheSocketAsItWas(t *testing.T) {
 	rx, tx, pkts := twoProviders(t)
 
-	// Parked in the poller: the interrupt wakes it.
+	// Inside a receive: after delivering a lone datagram it waits in the
+	// poller for the next (or is on its way there, which the interrupt's
+	// deadline catches the same way).
 	done := make(chan error, 1)
+	inside := make(chan struct{})
 	delivered := 0
 	go func() {
-		done <- rx.RecvEach(pkts, func(n int) bool { delivered += n; return true })
+		done <- rx.RecvEach(pkts, func(n int) bool {
+			if delivered += n; delivered == 1 {
+				close(inside)
+			}
+			return true
+		})
 	}()
-	time.Sleep(20 * time.Millisecond) // let it park; an earlier interrupt is the next case
+	require.NoError(t, tx.Send([]vroce.Packet{{Data: []byte("first"), Addr: rx.LocalAddr()}}))
+	<-inside
 	rx.InterruptRecv()
 	select {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(5 * time.Second):
-		t.Fatal("InterruptRecv did not end a parked RecvEach")
+		t.Fatal("InterruptRecv did not end a waiting RecvEach")
 	}
-	assert.Zero(t, delivered)
+	assert.Equal(t, 1, delivered)
 
 	// An interrupt before the receive: Recv returns at once, empty.
 	rx.InterruptRecv()
