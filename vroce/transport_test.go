@@ -13,9 +13,6 @@ import (
 	"vroce.dev/vroce"
 )
 
-// TestRemoteAccessViolationsNeverTouchMemory: a bad rkey, an access beyond
-// the MR, a missing access flag: each completes with a remote access error
-// at the requester, moves both QPs to ERR and leaves the memory as it was.
 // TestLKeysAndRKeysAreDrawnApart: an MR's two keys differ, so a peer that
 // learns of an lkey (a bug of the application's, a shared log) holds no
 // rkey.
@@ -32,6 +29,10 @@ func TestLKeysAndRKeysAreDrawnApart(t *testing.T) {
 	}
 }
 
+// TestRemoteAccessViolationsNeverTouchMemory: a bad rkey, an access beyond
+// the MR, a missing access flag, the lkey for the rkey: each completes
+// with a remote access error at the requester, moves both QPs to ERR and
+// leaves the memory as it was.
 func TestRemoteAccessViolationsNeverTouchMemory(t *testing.T) {
 	cases := []struct {
 		name   string

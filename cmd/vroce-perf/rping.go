@@ -146,6 +146,9 @@ func (e *rpingEnd) send(info rpingInfo) error {
 }
 
 // wait waits for a completion of the given opcode, failing on any error.
+// It drops completions of other operations: rping's exchange strictly
+// alternates, so those are only of its own SENDs, which it does not wait
+// for (perftest -R's ends send at once, and pfControl.wait keeps them).
 func (e *rpingEnd) wait(ctx context.Context, op vroce.WCOpcode) (vroce.WorkCompletion, error) {
 	wc := make([]vroce.WorkCompletion, 1)
 	for {
