@@ -29,6 +29,14 @@ type Stream interface {
 	Close() error
 }
 
+// ReadInterrupter is a Stream whose Read may block elsewhere than on its
+// cancel channel (an rsock reader receiving for its device). The Conn
+// calls InterruptRead when the read deadline passes, so that the Read
+// sees it at once; a spurious call must be harmless.
+type ReadInterrupter interface {
+	InterruptRead()
+}
+
 // Conn is a net.Conn over a Stream.
 type Conn struct {
 	s         Stream
@@ -45,7 +53,11 @@ type Conn struct {
 // New wraps s. network names it in errors ("tcp", "tcp4", "tcp6");
 // transport is what Transport reports.
 func New(s Stream, network string, local, remote net.Addr, transport string) *Conn {
-	return &Conn{s: s, net: network, local: local, remote: remote, transport: transport}
+	c := &Conn{s: s, net: network, local: local, remote: remote, transport: transport}
+	if ri, ok := s.(ReadInterrupter); ok {
+		c.rd.onExpire = ri.InterruptRead
+	}
+	return c
 }
 
 // Transport says what carries the connection.

@@ -172,3 +172,35 @@ func TestErrorsAreNetErrors(t *testing.T) {
 		t.Fatal("transport")
 	}
 }
+
+// deafStream's Read never looks at its cancel channel: only
+// InterruptRead ends it, as a reader receiving for its device.
+type deafStream struct {
+	memStream
+	interrupt chan struct{}
+}
+
+func (s *deafStream) Read(p []byte, cancel <-chan struct{}) (int, error) {
+	<-s.interrupt
+	select {
+	case <-cancel:
+		return 0, ErrCanceled
+	default:
+		return 0, errors.New("interrupted before the deadline passed")
+	}
+}
+
+func (s *deafStream) InterruptRead() { kick(s.interrupt) }
+
+// A read deadline passing interrupts a Stream that is a ReadInterrupter.
+func TestDeadlineInterruptsRead(t *testing.T) {
+	a, _ := memPair(16)
+	s := &deafStream{memStream: *a, interrupt: make(chan struct{}, 1)}
+	c := New(s, "tcp", addrA, addrB, "mem")
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err := c.Read(make([]byte, 1))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past its deadline: %v", err)
+	}
+}

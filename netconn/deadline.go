@@ -13,6 +13,9 @@ type Deadline struct {
 	timer *time.Timer
 	ch    chan struct{} // closed while expired; nil until first needed
 	gen   uint64        // counts Sets, so a stale timer cannot expire a newer deadline
+	// onExpire, set before first use, runs as the deadline passes (a
+	// ReadInterrupter's InterruptRead).
+	onExpire func()
 }
 
 // closedChan is shared by every expired deadline that had no waiter yet.
@@ -60,6 +63,9 @@ func (d *Deadline) expireLocked() {
 		d.ch = closedChan
 	case !isClosed(d.ch):
 		close(d.ch)
+	}
+	if d.onExpire != nil {
+		d.onExpire()
 	}
 }
 

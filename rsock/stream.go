@@ -124,13 +124,15 @@ type stream struct {
 	qpDown  bool // the peer disconnected: the QP is in ERR
 	gone    bool // QP destroyed, buffers released
 	timer   *time.Timer
-	rwake   chan struct{}
-	wwake   chan struct{}
+	// rwake wakes readers; one waiting may receive for the device
+	// meanwhile, so that the data it waits for wakes it directly.
+	rwake *vroce.Signal
+	wwake chan struct{}
 }
 
 func newStream(st *stack, qp *vroce.QP, keepAlive time.Duration) *stream {
 	return &stream{st: st, qp: qp, keepAlive: keepAlive, linger: -1, allowed: window,
-		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), seen: activity{rxAt: time.Now()}}
+		rwake: st.dev.NewSignal(), wwake: make(chan struct{}, 1), seen: activity{rxAt: time.Now()}}
 }
 
 // start sets what the peer said at connection time. Credits add up: a
@@ -165,26 +167,32 @@ func (s *stream) Read(p []byte, cancel <-chan struct{}) (int, error) {
 		case s.rq.len() > 0:
 			n := s.readLocked(p)
 			if s.rq.len() > 0 || s.peerFIN || s.err != nil {
-				kick(s.rwake) // for another reader
+				s.rwake.Notify() // for another reader
 			}
 			return n, nil
 		case s.err != nil:
-			kick(s.rwake)
+			s.rwake.Notify()
 			return 0, s.err
 		case s.peerFIN:
-			kick(s.rwake)
+			s.rwake.Notify()
 			return 0, io.EOF
 		}
 		s.mu.Unlock()
-		select {
-		case <-s.rwake:
-		case <-cancel:
-			s.mu.Lock()
-			return 0, netconn.ErrCanceled
-		}
+		s.rwake.Wait(cancel)
 		s.mu.Lock()
+		select {
+		case <-cancel:
+			return 0, netconn.ErrCanceled
+		default:
+		}
 	}
 }
+
+var _ netconn.ReadInterrupter = (*stream)(nil)
+
+// InterruptRead implements netconn.ReadInterrupter: a reader receiving
+// for the device sees its deadline pass at once.
+func (s *stream) InterruptRead() { s.rwake.Notify() }
 
 // readLocked copies queued data into p, releasing what is consumed and
 // granting its credits back.
@@ -378,7 +386,7 @@ func (s *stream) Close() error {
 		rq[i].release(s.st)
 	}
 	s.rq.reset()
-	kick(s.rwake)
+	s.rwake.Notify()
 	kick(s.wwake)
 	wait := lingerTimeout
 	switch {
@@ -417,7 +425,7 @@ func (s *stream) resetLocked() {
 	if !s.rstSent && s.controlLocked(kindRST) {
 		s.rstSent = true
 	}
-	kick(s.rwake)
+	s.rwake.Notify()
 	kick(s.wwake)
 }
 
@@ -450,7 +458,7 @@ func (s *stream) failLocked(err error) {
 	if s.err == nil {
 		s.err = err
 	}
-	kick(s.rwake)
+	s.rwake.Notify()
 	kick(s.wwake)
 }
 
@@ -489,10 +497,10 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 			s.rq.push(chunk{data: b.data[:wc.ByteLen], buf: b})
 			keep = true
 		}
-		kick(s.rwake)
+		s.rwake.Notify()
 	case kindFIN:
 		s.peerFIN = true
-		kick(s.rwake)
+		s.rwake.Notify()
 	case kindRST:
 		s.failLocked(syscall.ECONNRESET)
 	}

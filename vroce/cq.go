@@ -134,7 +134,8 @@ func (cq *CQ) push(wc *WorkCompletion) bool {
 // completions to the CQ: a program that takes completions as events (an
 // rsocket stack, say) handles them there, without a goroutine hand-off
 // per message. Those completions do not wake Wait; completions that other
-// goroutines push (a timer's, a flush's) still do. f must not block for
+// goroutines push (a timer's, a flush's) still do, and a Wait on a CQ
+// with a handler never receives for the device. f must not block for
 // long: the whole device waits for it. nil removes the handler.
 func (cq *CQ) OnCompletion(f func()) {
 	cq.mu.Lock()
@@ -147,11 +148,14 @@ func (cq *CQ) OnCompletion(f func()) {
 type handlerQueue struct {
 	mu  sync.Mutex
 	due []*CQ
-	// inBatch: a receive batch is in progress. Written under mu, so that
-	// add sees it with the queue; read without it by CQ.wakeLocked (a
-	// completion pushed while it is set is seen by the receive turn's
-	// holder after its batch).
-	inBatch atomic.Bool
+	// inBatch: a receive batch is in progress, and a handler it makes
+	// due is queued.
+	inBatch bool
+	// looking: a receive batch or the handlers it made due are running,
+	// after which the receive turn's holder looks whether its wait is
+	// over; so a wake-up meant for it need not interrupt its receive
+	// (read by CQ.wakeLocked and Signal.Notify).
+	looking atomic.Bool
 }
 
 // add queues cq's handler if a receive batch is in progress (under
@@ -159,7 +163,7 @@ type handlerQueue struct {
 func (h *handlerQueue) add(cq *CQ) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.inBatch.Load() {
+	if !h.inBatch {
 		return false
 	}
 	if !cq.handlerDue {
@@ -171,16 +175,18 @@ func (h *handlerQueue) add(cq *CQ) bool {
 
 // begin marks a receive batch in progress.
 func (h *handlerQueue) begin() {
+	h.looking.Store(true)
 	h.mu.Lock()
-	h.inBatch.Store(true)
+	h.inBatch = true
 	h.mu.Unlock()
 }
 
 // end closes the batch and runs the handlers it made due; due is the
 // caller's scratch slice, returned for reuse, its length how many ran.
 func (h *handlerQueue) end(due []*CQ) []*CQ {
+	defer h.looking.Store(false)
 	h.mu.Lock()
-	h.inBatch.Store(false)
+	h.inBatch = false
 	due, h.due = h.due, due[:0]
 	h.mu.Unlock()
 	for i, cq := range due {
@@ -209,7 +215,7 @@ func (cq *CQ) grow() {
 }
 
 func (cq *CQ) wakeLocked() {
-	if cq.receiving > 0 && !cq.dev.handlers.inBatch.Load() {
+	if cq.receiving > 0 && !cq.dev.handlers.looking.Load() {
 		// Its waiter is receiving, and not in a batch after which it
 		// would look: it must hear of this now.
 		cq.dev.interruptTurn()
@@ -266,6 +272,13 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if ready, err := cq.readyLocked(); ready {
 			cq.mu.Unlock()
 			return err
+		}
+		if cq.onCompletion != nil {
+			// Whoever receives runs the handler, which takes the
+			// completions: this waiter has nothing to gain from
+			// receiving, and would take the turn from one that has (a
+			// stream's reader waiting on a Signal).
+			turn = false
 		}
 		if turn {
 			if err := ctx.Err(); err != nil {

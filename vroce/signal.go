@@ -1,0 +1,123 @@
+package vroce
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// A Signal wakes a goroutine that waits for news a completion handler
+// leaves it, rather than for a completion: rsock's stream reader waits
+// for the data its CQ's handler (OnCompletion) queues on the stream.
+// While it waits, the goroutine may receive for the whole device
+// (receiveTurn), as one waiting in CQ.Wait does, so that the packet that
+// brings its news wakes it directly instead of through the device's
+// receive goroutine: between two processes that hand-off is a thread
+// wake-up per message.
+//
+// One goroutine at a time receives for the device; others waiting on a
+// Signal sleep until it is notified.
+type Signal struct {
+	dev    *Device
+	notice chan struct{} // capacity 1: a notice not yet taken
+	// receiving counts waiters on this Signal holding the receive turn
+	// (briefly two, as one gives it up and another takes it): a Notify
+	// from outside the holder's batch must cut its receive short.
+	receiving atomic.Int32
+	// cancel is the channel of the last waiter to hold the turn (written
+	// and read only by the holder, ordered by the turn's lock), and ready
+	// the turn's done func, made once.
+	cancel <-chan struct{}
+	ready  func() bool
+}
+
+// NewSignal makes a Signal whose waiters may receive for d.
+func (d *Device) NewSignal() *Signal {
+	s := &Signal{dev: d, notice: make(chan struct{}, 1)}
+	s.ready = s.readyForHolder
+	return s
+}
+
+// Notify leaves a notice: a Wait in progress returns, or else the next
+// one returns at once. Notices do not add up.
+func (s *Signal) Notify() {
+	select {
+	case s.notice <- struct{}{}:
+	default:
+	}
+	d := s.dev
+	if s.receiving.Load() > 0 && !d.handlers.looking.Load() {
+		// Its waiter is receiving, and not in a batch after which it
+		// would look: it must hear of this now.
+		d.interruptTurn()
+	}
+	d.handedOff.Store(true)
+	d.turn.woke.Store(true)
+}
+
+// Wait blocks until the Signal is notified, taking the notice, or until
+// cancel closes; the caller knows which it waited for. Once the device is
+// closed, Wait still waits for either, without receiving.
+//
+// A waiter receiving for the device sees cancel close only when its
+// receive next returns: whoever closes cancel also calls Notify, as
+// netconn's deadlines do for a Stream that is a netconn.ReadInterrupter.
+func (s *Signal) Wait(cancel <-chan struct{}) {
+	d := s.dev
+	turn := d.turn.intr != nil
+	for {
+		select {
+		case <-s.notice:
+			return
+		case <-cancel:
+			return
+		default:
+		}
+		if turn && d.takeTurnFree() {
+			s.cancel = cancel
+			s.receiving.Add(1)
+			out := d.getBatch()
+			// An error goes to the receive goroutine with the turn,
+			// which deals with it; this waiter waits the plain way.
+			err := d.receiveFor(context.Background(), out, s.ready)
+			d.putBatch(out)
+			s.receiving.Add(-1)
+			turn = err == nil
+			continue
+		}
+		if !turn {
+			select {
+			case <-s.notice:
+			case <-cancel:
+			}
+			return
+		}
+		offer := d.park()
+		select {
+		case <-s.notice:
+		case <-cancel:
+		case <-offer: // the receive turn is free: take it, if it still is
+			d.unpark()
+			continue
+		case <-d.done:
+			d.unpark()
+			turn = false
+			continue
+		}
+		d.unpark()
+		return
+	}
+}
+
+// readyForHolder reports, to the waiter holding the turn, whether its
+// wait is over.
+func (s *Signal) readyForHolder() bool {
+	if len(s.notice) > 0 || s.dev.isClosed() {
+		return true
+	}
+	select {
+	case <-s.cancel:
+		return true
+	default:
+		return false
+	}
+}
