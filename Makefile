@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test vet lint fmt-check demo bench bench-page bench-targets bench-scale bench-afxdp interop fuzz clean
+.PHONY: all build test vet lint fmt-check demo bench bench-page bench-targets bench-programs bench-scale bench-afxdp interop fuzz clean
 
 all: build
 
@@ -100,6 +100,13 @@ bench-page: build
 RUNS ?= 3
 bench-targets: build
 	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -targets -runs $(RUNS)
+
+# Unmodified programs through two rsock-proxys against the same chain of
+# proxies over kernel TCP: redis-benchmark SET and GET, iperf3, nginx + wrk
+# at 2, 32 and 200 connections, each chain data-checked first, RUNS times
+# (redis-server redis-tools iperf3 nginx-light wrk; about three minutes at 3).
+bench-programs: build
+	$(GO) run ./bench/programs -proxy $(BIN)/rsock-proxy -runs $(RUNS)
 
 # Connection scale: 262,144 RC QPs by RDMA_CM between two processes, and
 # 10,000 through the default backlog (about a minute).

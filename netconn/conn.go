@@ -37,6 +37,23 @@ type ReadInterrupter interface {
 	InterruptRead()
 }
 
+// StreamReaderFrom is a Stream that can send what a reader yields without
+// a buffer of the caller's in between: Conn.ReadFrom uses it.
+type StreamReaderFrom interface {
+	// CopyFrom sends what r yields until io.EOF (a nil error), a
+	// failure of r or of the stream, or until cancel closes (then
+	// ErrCanceled); it returns how many bytes it accepted.
+	CopyFrom(r io.Reader, cancel <-chan struct{}) (int64, error)
+}
+
+// StreamWriterTo is a Stream that can write what it receives to a writer
+// without a buffer of the caller's in between: Conn.WriteTo uses it.
+type StreamWriterTo interface {
+	// CopyTo writes what arrives to w until the peer's end (a nil
+	// error), a failure, or until cancel closes (then ErrCanceled).
+	CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error)
+}
+
 // Conn is a net.Conn over a Stream.
 type Conn struct {
 	s         Stream
@@ -93,6 +110,48 @@ func (c *Conn) Write(p []byte) (int, error) {
 	n, err := c.s.Write(p, c.wd.Done())
 	return n, c.ioError("write", err)
 }
+
+// ReadFrom implements io.ReaderFrom, so that io.Copy into the connection
+// copies once when the stream can (StreamReaderFrom). Errors are
+// *net.OpError with Op "readfrom", as *net.TCPConn's.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	rf, ok := c.s.(StreamReaderFrom)
+	if !ok {
+		n, err := io.Copy(writerOnly{c}, r)
+		return n, err
+	}
+	if c.closed.Load() {
+		return 0, c.opError("readfrom", net.ErrClosed)
+	}
+	if c.wd.Expired() {
+		return 0, c.opError("readfrom", os.ErrDeadlineExceeded)
+	}
+	n, err := rf.CopyFrom(r, c.wd.Done())
+	return n, c.ioError("readfrom", err)
+}
+
+// WriteTo implements io.WriterTo, so that io.Copy from the connection
+// copies once when the stream can (StreamWriterTo). It returns a nil
+// error at the peer's end; others are *net.OpError with Op "writeto".
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	wt, ok := c.s.(StreamWriterTo)
+	if !ok {
+		return io.Copy(w, readerOnly{c})
+	}
+	if c.closed.Load() {
+		return 0, c.opError("writeto", net.ErrClosed)
+	}
+	if c.rd.Expired() {
+		return 0, c.opError("writeto", os.ErrDeadlineExceeded)
+	}
+	n, err := wt.CopyTo(w, c.rd.Done())
+	return n, c.ioError("writeto", err)
+}
+
+// writerOnly and readerOnly hide a Conn's ReadFrom and WriteTo from
+// io.Copy, which would otherwise call them again.
+type writerOnly struct{ io.Writer }
+type readerOnly struct{ io.Reader }
 
 func (c *Conn) ioError(op string, err error) error {
 	switch {

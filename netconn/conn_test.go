@@ -1,6 +1,7 @@
 package netconn
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -202,5 +203,35 @@ func TestDeadlineInterruptsRead(t *testing.T) {
 	_, err := c.Read(make([]byte, 1))
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("read past its deadline: %v", err)
+	}
+}
+
+// A Conn over a Stream without CopyFrom and CopyTo still is an
+// io.ReaderFrom and io.WriterTo, through a buffer.
+func TestCopyWithoutStreamSupport(t *testing.T) {
+	c1, c2, stop, _ := makePipe()
+	defer stop()
+	msg := make([]byte, 100000)
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	sent := make(chan error, 1)
+	go func() {
+		n, err := c1.(io.ReaderFrom).ReadFrom(bytes.NewReader(msg))
+		if err == nil && n != int64(len(msg)) {
+			err = io.ErrShortWrite
+		}
+		if err == nil {
+			err = c1.(*Conn).CloseWrite()
+		}
+		sent <- err
+	}()
+	var got bytes.Buffer
+	n, err := c2.(io.WriterTo).WriteTo(&got)
+	if err != nil || n != int64(len(msg)) || !bytes.Equal(got.Bytes(), msg) {
+		t.Fatalf("WriteTo: %d bytes, %v; equal %v", n, err, bytes.Equal(got.Bytes(), msg))
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -160,29 +160,39 @@ func (s *stream) Read(p []byte, cancel <-chan struct{}) (int, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.awaitDataLocked(cancel); err != nil {
+		return 0, err
+	}
+	n := s.readLocked(p)
+	if s.rq.len() > 0 || s.peerFIN || s.err != nil {
+		s.rwake.Notify() // for another reader
+	}
+	return n, nil
+}
+
+// awaitDataLocked waits until data is queued to read, or returns why none
+// will be: the stream closed or failed, the peer's FIN (io.EOF), cancel
+// (netconn.ErrCanceled).
+func (s *stream) awaitDataLocked(cancel <-chan struct{}) error {
 	for {
 		switch {
 		case s.closed:
-			return 0, net.ErrClosed
+			return net.ErrClosed
 		case s.rq.len() > 0:
-			n := s.readLocked(p)
-			if s.rq.len() > 0 || s.peerFIN || s.err != nil {
-				s.rwake.Notify() // for another reader
-			}
-			return n, nil
+			return nil
 		case s.err != nil:
 			s.rwake.Notify()
-			return 0, s.err
+			return s.err
 		case s.peerFIN:
 			s.rwake.Notify()
-			return 0, io.EOF
+			return io.EOF
 		}
 		s.mu.Unlock()
 		s.rwake.Wait(cancel)
 		s.mu.Lock()
 		select {
 		case <-cancel:
-			return 0, netconn.ErrCanceled
+			return netconn.ErrCanceled
 		default:
 		}
 	}
@@ -233,17 +243,29 @@ func (s *stream) grantLocked() {
 func (s *stream) Write(p []byte, cancel <-chan struct{}) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.writeLocked(p, cancel)
+}
+
+// writableLocked reports why nothing more can be written, if so.
+func (s *stream) writableLocked() error {
+	switch {
+	case s.closed:
+		return net.ErrClosed
+	case s.err != nil:
+		return s.err
+	case s.wShut:
+		return syscall.EPIPE
+	}
+	return nil
+}
+
+// writeLocked copies p into send buffers and sends them as credits allow,
+// waiting for credits when the pending buffer is full.
+func (s *stream) writeLocked(p []byte, cancel <-chan struct{}) (int, error) {
 	n := 0
 	for {
-		switch {
-		case s.closed:
-			return n, net.ErrClosed
-		case s.err != nil:
-			return n, s.err
-		case s.wShut:
-			return n, syscall.EPIPE
-		case n == len(p):
-			return n, nil
+		if err := s.writableLocked(); err != nil || n == len(p) {
+			return n, err
 		}
 		if s.pending == nil {
 			b, err := s.st.getBuf()
@@ -263,15 +285,23 @@ func (s *stream) Write(p []byte, cancel <-chan struct{}) (int, error) {
 		}
 		if s.pending != nil && s.pending.n == s.peerBuf {
 			// Full, and no credit to send it: wait for the peer to read.
-			s.mu.Unlock()
-			select {
-			case <-s.wwake:
-			case <-cancel:
-				s.mu.Lock()
+			if !s.awaitCreditLocked(cancel) {
 				return n, netconn.ErrCanceled
 			}
-			s.mu.Lock()
 		}
+	}
+}
+
+// awaitCreditLocked waits, unlocked, for the stream's sending side to
+// change (a credit, a failure); false if cancel closed first.
+func (s *stream) awaitCreditLocked(cancel <-chan struct{}) bool {
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-s.wwake:
+		return true
+	case <-cancel:
+		return false
 	}
 }
 

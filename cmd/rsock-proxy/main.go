@@ -66,6 +66,7 @@ type config struct {
 	mode        string        // rsock connection mode
 	drain       time.Duration // how long open connections may finish at shutdown
 	dialTimeout time.Duration
+	noFallback  bool // a vroce:// target is never reached over TCP
 	verbose     bool
 }
 
@@ -99,6 +100,7 @@ func main() {
 	flag.StringVar(&cfg.mode, "mode", "", "rsock connection mode: socket or cm (default $RSOCK_MODE, then socket)")
 	flag.DurationVar(&cfg.drain, "drain", 10*time.Second, "at SIGTERM, how long open connections may finish")
 	flag.DurationVar(&cfg.dialTimeout, "dial-timeout", 10*time.Second, "how long connecting to the target may take")
+	flag.BoolVar(&cfg.noFallback, "no-fallback", false, "fail a connection whose vroce:// target does not speak vRoCE, instead of carrying it over TCP")
 	flag.BoolVar(&cfg.verbose, "v", false, "log every connection")
 	flag.Parse()
 	logger := log.New(os.Stderr, "rsock-proxy: ", log.LstdFlags)
@@ -156,7 +158,7 @@ func start(cfg config, logger *log.Logger) (*proxy, error) {
 		return nil, err
 	}
 	if cfg.to.vroce {
-		p.dial = (&rsock.Dialer{Mode: cfg.mode}).DialContext
+		p.dial = (&rsock.Dialer{Mode: cfg.mode, NoFallback: cfg.noFallback}).DialContext
 	} else {
 		p.dial = (&net.Dialer{}).DialContext
 	}

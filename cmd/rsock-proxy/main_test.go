@@ -222,3 +222,41 @@ func TestUnmodifiedServerBehindTheProxy(t *testing.T) {
 		t.Fatalf("the request did not cross vRoCE:\n%s", vroceLog)
 	}
 }
+
+// With --no-fallback, a vroce:// target that is a plain TCP server is
+// refused rather than reached over TCP; without it (the positive
+// control), the same connection works over TCP.
+func TestNoFallbackRefusesATCPTarget(t *testing.T) {
+	target := hashServer(t)
+	for _, noFallback := range []bool{false, true} {
+		var logged syncBuffer
+		p, err := start(config{listen: endpoint{addr: "127.0.0.1:0"}, to: endpoint{vroce: true, addr: target},
+			dialTimeout: 5 * time.Second, noFallback: noFallback}, log.New(&logged, "", 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", p.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("hello"))
+		c.(*net.TCPConn).CloseWrite()
+		got, _ := io.ReadAll(c)
+		c.Close()
+		want := sha256.Sum256([]byte("hello"))
+		switch {
+		case !noFallback && !bytes.Equal(got, want[:]):
+			t.Errorf("with fallback: answer %x, want %x; log:\n%s", got, want, logged.String())
+		case noFallback && len(got) != 0:
+			t.Errorf("--no-fallback reached a TCP target: answer %x", got)
+		case noFallback && !strings.Contains(logged.String(), "connecting to vroce://"):
+			t.Errorf("--no-fallback: the refusal is not logged:\n%s", logged.String())
+		}
+		p.shutdown(time.Second)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rsock.Drain(ctx); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,451 @@
+// Command programs measures real, unmodified programs through a pair of
+// rsock-proxys (client -> proxy -> vRoCE -> proxy -> server) against the
+// same chain of proxies over kernel TCP, in one run on this host:
+// redis-benchmark against redis-server, iperf3, and wrk against nginx
+// serving a 64 KiB file at several connection counts.
+//
+//	make bench-programs    # or: go run ./bench/programs -proxy bin/rsock-proxy -runs 3
+//
+// The two chains differ only in the hop between the proxies. The vRoCE
+// chain's client proxy runs with --no-fallback, so a connection that
+// could not use vRoCE fails instead of being measured over TCP. Before
+// measuring, each chain passes data checks: a 1 MiB redis value and the
+// nginx file read back byte for byte, an iperf3 run without error; every
+// measurement's own errors (wrk's socket errors and
+// non-2xx answers, redis-benchmark's failures) fail the run. The chains
+// take turns, -runs times, and each row gives the median ratio to TCP
+// and the spread over the runs.
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	proxy := flag.String("proxy", "bin/rsock-proxy", "the rsock-proxy binary")
+	runs := flag.Int("runs", 3, "how many times each chain runs each workload")
+	dur := flag.Duration("duration", 4*time.Second, "how long each iperf3 and wrk measurement lasts")
+	conns := flag.String("wrk-conns", "2,32,200", "wrk connection counts")
+	requests := flag.Int("redis-requests", 100000, "requests per redis-benchmark run")
+	flag.Parse()
+	if err := run(*proxy, *runs, *dur, *conns, *requests); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/programs:", err)
+		os.Exit(1)
+	}
+}
+
+// The programs measured, and the Debian packages they come in.
+var tools = map[string]string{
+	"redis-server": "redis-server", "redis-benchmark": "redis-tools", "redis-cli": "redis-tools",
+	"iperf3": "iperf3", "nginx": "nginx-light", "wrk": "wrk",
+}
+
+func run(proxy string, runs int, dur time.Duration, connList string, requests int) error {
+	var missing []string
+	for _, tool := range slices.Sorted(mapsKeys(tools)) {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing = append(missing, tools[tool])
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing programs; install them with: apt-get install %s", strings.Join(slices.Compact(slices.Sorted(slices.Values(missing))), " "))
+	}
+	if _, err := os.Stat(proxy); err != nil {
+		return fmt.Errorf("%s: %v (make build)", proxy, err)
+	}
+	var wrkConns []int
+	for _, f := range strings.Split(connList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-wrk-conns %q: want a list of positive counts", connList)
+		}
+		wrkConns = append(wrkConns, n)
+	}
+
+	dir, err := os.MkdirTemp("", "vroce-programs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil { // nginx's workers run as another user
+		return err
+	}
+	var procs procSet
+	defer procs.stop()
+
+	srv, err := startServers(&procs, dir)
+	if err != nil {
+		return err
+	}
+	chains := map[string]*chain{}
+	for _, kind := range []string{"vroce", "tcp"} {
+		c, err := startChain(&procs, proxy, kind, srv)
+		if err != nil {
+			return err
+		}
+		if err := c.check(srv); err != nil {
+			return fmt.Errorf("%s chain: data check: %w", kind, err)
+		}
+		chains[kind] = c
+	}
+
+	type workload struct {
+		name    string
+		unit    string
+		measure func(c *chain) (float64, error)
+	}
+	works := []workload{
+		{"redis-benchmark SET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c.redis, "set", requests) }},
+		{"redis-benchmark GET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c.redis, "get", requests) }},
+		{"iperf3, one stream", "Gbit/s", func(c *chain) (float64, error) { return iperf(c.iperf, dur) }},
+	}
+	for _, n := range wrkConns {
+		works = append(works, workload{fmt.Sprintf("nginx + wrk, 64 KiB file, %d connections", n), "requests/s",
+			func(c *chain) (float64, error) { return wrk(c.nginx, n, dur) }})
+	}
+
+	fmt.Printf("Unmodified programs through two rsock-proxys on one host, against the same chain over kernel TCP (%d runs each, chains taking turns).\n\n", runs)
+	fmt.Println("| workload | vRoCE chain (median) | TCP chain (median) | ratio, median | ratio, spread |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, w := range works {
+		var vs, ts, ratios []float64
+		for range runs {
+			v, err := w.measure(chains["vroce"])
+			if err != nil {
+				return fmt.Errorf("%s over the vRoCE chain: %w", w.name, err)
+			}
+			t, err := w.measure(chains["tcp"])
+			if err != nil {
+				return fmt.Errorf("%s over the TCP chain: %w", w.name, err)
+			}
+			vs, ts, ratios = append(vs, v), append(ts, t), append(ratios, v/t)
+		}
+		slices.Sort(ratios)
+		fmt.Printf("| %s | %.4g %s | %.4g %s | %.2fx | %.2f-%.2fx |\n", w.name, median(vs), w.unit, median(ts), w.unit,
+			median(ratios), ratios[0], ratios[len(ratios)-1])
+	}
+	return nil
+}
+
+func mapsKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// procSet is every process this run started; stop ends them all.
+type procSet []*exec.Cmd
+
+func (ps *procSet) start(name string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	*ps = append(*ps, cmd)
+	return cmd, nil
+}
+
+func (ps *procSet) stop() {
+	for _, cmd := range slices.Backward(*ps) {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// freePort is a TCP port on loopback nobody listens on now.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// awaitListening waits until something accepts on addr.
+func awaitListening(addr string) error {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return nil
+		}
+	}
+	return fmt.Errorf("nothing listens on %s after 10 s", addr)
+}
+
+// servers are the programs' server ends, on loopback.
+type servers struct {
+	redis, iperf, nginx string // addresses
+	file                []byte // what nginx serves at /file
+}
+
+func startServers(ps *procSet, dir string) (*servers, error) {
+	var s servers
+	ports := make([]int, 3)
+	for i := range ports {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = p
+	}
+	s.redis = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	s.iperf = fmt.Sprintf("127.0.0.1:%d", ports[1])
+	s.nginx = fmt.Sprintf("127.0.0.1:%d", ports[2])
+
+	if _, err := ps.start("redis-server", "--port", fmt.Sprint(ports[0]), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir); err != nil {
+		return nil, err
+	}
+	if _, err := ps.start("iperf3", "-s", "-p", fmt.Sprint(ports[1]), "-B", "127.0.0.1"); err != nil {
+		return nil, err
+	}
+
+	s.file = make([]byte, 64<<10)
+	rand.Read(s.file)
+	root := filepath.Join(dir, "www")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(root, "file"), s.file, 0o644); err != nil {
+		return nil, err
+	}
+	conf := fmt.Sprintf(`daemon off;
+master_process on;
+worker_processes 2;
+pid %[1]s/nginx.pid;
+error_log %[1]s/nginx-error.log;
+events { worker_connections 4096; use epoll; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  server { listen %[2]s; root %[3]s; }
+}
+`, dir, s.nginx, root)
+	confPath := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	if _, err := ps.start("nginx", "-c", confPath, "-e", filepath.Join(dir, "nginx-error.log")); err != nil {
+		return nil, err
+	}
+	for _, a := range []string{s.redis, s.iperf, s.nginx} {
+		if err := awaitListening(a); err != nil {
+			return nil, err
+		}
+	}
+	return &s, nil
+}
+
+// chain is one chain of proxies in front of each server: the addresses
+// the clients use.
+type chain struct {
+	kind                string
+	redis, iperf, nginx string
+}
+
+// startChain starts, for each server, a server-side proxy (vroce:// or
+// tcp:// in, TCP to the server out) and a client-side proxy (TCP in, to
+// the server-side proxy out).
+func startChain(ps *procSet, proxy, kind string, srv *servers) (*chain, error) {
+	c := &chain{kind: kind}
+	for _, x := range []struct {
+		server string
+		entry  *string
+	}{{srv.redis, &c.redis}, {srv.iperf, &c.iperf}, {srv.nginx, &c.nginx}} {
+		mid, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		in, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		midAddr := fmt.Sprintf("127.0.0.1:%d", mid)
+		*x.entry = fmt.Sprintf("127.0.0.1:%d", in)
+		serverSide := []string{"--listen", kind + "://" + midAddr, "--to", "tcp://" + x.server}
+		clientSide := []string{"--listen", "tcp://" + *x.entry, "--to", kind + "://" + midAddr}
+		if kind == "vroce" {
+			clientSide = append(clientSide, "--no-fallback")
+		}
+		if _, err := ps.start(proxy, serverSide...); err != nil {
+			return nil, err
+		}
+		if err := awaitListening(midAddr); err != nil {
+			return nil, err
+		}
+		if _, err := ps.start(proxy, clientSide...); err != nil {
+			return nil, err
+		}
+		if err := awaitListening(*x.entry); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// check reads data back through the chain byte for byte.
+func (c *chain) check(srv *servers) error {
+	resp, err := http.Get("http://" + c.nginx + "/file")
+	if err != nil {
+		return err
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if sha256.Sum256(got) != sha256.Sum256(srv.file) {
+		return fmt.Errorf("nginx: %d bytes read back differ from the %d-byte file", len(got), len(srv.file))
+	}
+
+	value := make([]byte, 1<<20)
+	rand.Read(value)
+	host, port, _ := net.SplitHostPort(c.redis)
+	set := exec.Command("redis-cli", "-h", host, "-p", port, "-x", "SET", "vroce-check")
+	set.Stdin = bytes.NewReader(value)
+	if out, err := set.CombinedOutput(); err != nil || !bytes.Contains(out, []byte("OK")) {
+		return fmt.Errorf("redis SET of 1 MiB: %v: %s", err, out)
+	}
+	back, err := exec.Command("redis-cli", "-h", host, "-p", port, "--no-raw", "STRLEN", "vroce-check").Output()
+	if err != nil || strings.TrimSpace(strings.TrimPrefix(string(back), "(integer)")) != fmt.Sprint(len(value)) {
+		return fmt.Errorf("redis STRLEN: %v: %s", err, back)
+	}
+	get, err := exec.Command("redis-cli", "-h", host, "-p", port, "--raw", "GET", "vroce-check").Output()
+	if err != nil {
+		return fmt.Errorf("redis GET: %v", err)
+	}
+	if !bytes.Equal(bytes.TrimSuffix(get, []byte("\n")), value) {
+		return fmt.Errorf("redis: the 1 MiB value read back differs (%d bytes)", len(get))
+	}
+	_, err = iperf(c.iperf, time.Second)
+	return err
+}
+
+// redisBench runs redis-benchmark for one test with 32 clients and
+// returns requests per second.
+func redisBench(addr, test string, requests int) (float64, error) {
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command("redis-benchmark", "-h", host, "-p", port, "-t", test, "-c", "32", "-n", fmt.Sprint(requests), "--csv").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("redis-benchmark: %v: %s", err, out)
+	}
+	return parseRedisCSV(out, test)
+}
+
+// parseRedisCSV finds test's requests per second in redis-benchmark's
+// --csv output ("test","rps",...).
+func parseRedisCSV(out []byte, test string) (float64, error) {
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Split(line, ",")
+		if len(f) >= 2 && strings.EqualFold(strings.Trim(f[0], `"`), test) {
+			return strconv.ParseFloat(strings.Trim(f[1], `"`), 64)
+		}
+	}
+	return 0, fmt.Errorf("redis-benchmark: no %s result in %q", test, out)
+}
+
+// iperf runs one iperf3 client stream and returns the goodput received,
+// in Gbit/s. (Its sender's count runs ahead of its receiver's by what is
+// in flight when the test ends, in the proxies too: they differ.)
+func iperf(addr string, dur time.Duration) (float64, error) {
+	host, port, _ := net.SplitHostPort(addr)
+	secs := max(1, int(dur/time.Second))
+	out, err := exec.Command("iperf3", "-c", host, "-p", port, "-t", fmt.Sprint(secs), "-J").Output()
+	var r struct {
+		Error string `json:"error"`
+		End   struct {
+			SumSent     struct{ Bytes float64 } `json:"sum_sent"`
+			SumReceived struct {
+				Bytes         float64
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if jerr := json.Unmarshal(out, &r); jerr != nil {
+		return 0, fmt.Errorf("iperf3: %v; %v", err, jerr)
+	}
+	switch {
+	case r.Error != "":
+		return 0, errors.New("iperf3: " + r.Error)
+	case err != nil:
+		return 0, fmt.Errorf("iperf3: %v", err)
+	case r.End.SumReceived.Bytes == 0:
+		return 0, fmt.Errorf("iperf3: %.0f bytes sent, none received", r.End.SumSent.Bytes)
+	}
+	return r.End.SumReceived.BitsPerSecond / 1e9, nil
+}
+
+var (
+	wrkRate   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkErrors = regexp.MustCompile(`(Socket errors:.*|Non-2xx or 3xx responses: \d+)`)
+)
+
+// wrk fetches nginx's file over conns connections for dur and returns
+// requests per second; any socket error or non-2xx answer fails it.
+func wrk(addr string, conns int, dur time.Duration) (float64, error) {
+	threads := min(2, conns)
+	out, err := exec.Command("wrk", "-t", fmt.Sprint(threads), "-c", fmt.Sprint(conns), "-d", fmt.Sprintf("%ds", max(1, int(dur/time.Second))),
+		"http://"+addr+"/file").CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("wrk: %v: %s", err, out)
+	}
+	return parseWrk(out)
+}
+
+// parseWrk reads wrk's requests per second, failing on any socket error
+// or non-2xx answer it reports.
+func parseWrk(out []byte) (float64, error) {
+	if m := wrkErrors.Find(out); m != nil {
+		return 0, fmt.Errorf("wrk: %s", m)
+	}
+	m := wrkRate.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("wrk: no rate in %q", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}

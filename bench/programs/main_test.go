@@ -1,0 +1,44 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const wrkClean = `Running 4s test @ http://127.0.0.1:4000/file
+  2 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     3.10ms    1.20ms  20.00ms   80.00%
+  21480 requests in 4.00s, 1.31GB read
+Requests/sec:   5370.12
+Transfer/sec:    336.20MB
+`
+
+func TestParseWrk(t *testing.T) {
+	rate, err := parseWrk([]byte(wrkClean))
+	require.NoError(t, err)
+	assert.Equal(t, 5370.12, rate)
+
+	_, err = parseWrk([]byte(wrkClean + "  Socket errors: connect 0, read 3, write 0, timeout 0\n"))
+	assert.ErrorContains(t, err, "Socket errors", "a socket error fails the run")
+	_, err = parseWrk([]byte(wrkClean + "  Non-2xx or 3xx responses: 12\n"))
+	assert.ErrorContains(t, err, "Non-2xx", "a failed request fails the run")
+	_, err = parseWrk([]byte("unable to connect to 127.0.0.1:4000 Connection refused\n"))
+	assert.Error(t, err)
+}
+
+func TestParseRedisCSV(t *testing.T) {
+	out := []byte("\"test\",\"rps\",\"avg_latency_ms\"\n\"SET\",\"41666.67\",\"0.700\"\n\"GET\",\"45454.55\",\"0.650\"\n")
+	rps, err := parseRedisCSV(out, "get")
+	require.NoError(t, err)
+	assert.Equal(t, 45454.55, rps)
+	_, err = parseRedisCSV(out, "lpush")
+	assert.Error(t, err)
+}
+
+func TestMedian(t *testing.T) {
+	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	assert.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
+}
