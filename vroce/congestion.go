@@ -6,7 +6,8 @@ import "math"
 // 2020), needing nothing from switches. The window grows while the RTT
 // stays under a target a little above the path's base RTT, shrinks in
 // proportion to the excess when it does not (at most once per RTT), is
-// trimmed by an eighth on a loss and collapses on repeated timeouts. Below
+// trimmed by an eighth on a loss that congestion caused (congestive) and
+// collapses on repeated timeouts. Below
 // a burst's worth of window (as in Swift, whose windows fall under one
 // packet in incast) a pacer spreads the window over an RTT; above it, the
 // ACK clock spaces the packets.
@@ -17,11 +18,17 @@ const (
 	minWindow     = 1
 	targetSlack   = 300_000 // ns above 1.5 x base RTT: a user-space stack's scheduling noise
 	maxDecrease   = 0.5     // the largest multiplicative decrease
-	lossDecrease  = 0.125   // on a loss found by SACK or NAK
+	lossDecrease  = 0.125   // on a congestive loss found by SACK or NAK
 	delayBeta     = 0.8
 	paceBurst     = 16        // packets sent back to back before the pacer waits
 	flowScaling   = 200_000.0 // ns of extra target delay for a one-packet window
 )
+
+// congestiveShare is the share of a round's packets lost above which the
+// losses are congestion's whatever the delay says: a policer, or a buffer
+// too shallow to show delay, drops the excess, a share that grows with
+// it. A VPC's random loss is a few percent at worst.
+const congestiveShare = 0.1
 
 type congestion struct {
 	cwnd         float64 // packets
@@ -30,6 +37,31 @@ type congestion struct {
 	lastDecrease int64
 	tokens       float64 // pacer: packets that may leave now
 	tokensAt     int64
+	// What the path showed lately, to tell congestion's losses from
+	// random ones: the latest RTT sample and its target, and this
+	// round's (about an RTT's) packets delivered and lost.
+	lastRTT, lastTarget int64
+	round               lossRound
+}
+
+// lossRound counts one round's deliveries and losses, and keeps the
+// last round's deliveries: a round just begun has delivered little yet.
+type lossRound struct {
+	start           int64
+	delivered, lost int
+	lastDelivered   int
+}
+
+// roll starts a new round once srtt has passed since this one began.
+func (r *lossRound) roll(srtt, now int64) {
+	if now-r.start >= max(srtt, 1) {
+		*r = lossRound{start: now, lastDelivered: r.delivered}
+	}
+}
+
+// lossShare is the share of the round's packets lost.
+func (r *lossRound) lossShare() float64 {
+	return float64(r.lost) / float64(max(r.delivered, r.lastDelivered)+r.lost)
 }
 
 func (c *congestion) init() {
@@ -53,6 +85,11 @@ func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
 		return
 	}
 	tgt := target(minRTT, c.cwnd)
+	if rtt > 0 {
+		c.lastRTT, c.lastTarget = rtt, tgt
+	}
+	c.round.roll(srtt, now)
+	c.round.delivered += acked
 	if rtt <= 0 || rtt < tgt {
 		if c.slowStart {
 			c.cwnd += float64(acked)
@@ -70,16 +107,34 @@ func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
 	c.cwnd = min(max(c.cwnd, minWindow), maxWindow)
 }
 
-// onLoss trims the window by an eighth, once per RTT. A VPC drops packets
-// that no queue overflowed, and the delay signal already reports real
-// congestion: halving on every loss, as Reno does, would cap goodput under
-// random loss near 1.2/sqrt(p) packets per RTT. Timeouts still collapse it.
-func (c *congestion) onLoss(srtt, now int64) {
-	if now-c.lastDecrease < srtt {
+// onLoss hears of lost packets, and trims the window by an eighth, once
+// per RTT, when the loss is congestive. A VPC drops packets that no queue
+// overflowed: halving on every loss, as Reno does, would cap goodput under
+// random loss near 1.2/sqrt(p) packets per RTT, and even an eighth per
+// RTT holds the window near eight times its per-RTT growth. So a loss
+// counts as congestion only when the path shows it:
+//   - the RTT stands at or above its target: a queue built up before it
+//     overflowed (the delay signal has begun to cut already);
+//   - or the round lost more than congestiveShare of its packets.
+//
+// Any other loss is random: the retransmission repairs it and the window
+// stays. Timeouts still collapse it (onTimeout).
+func (c *congestion) onLoss(lost int, srtt, now int64) {
+	c.round.roll(srtt, now)
+	c.round.lost += lost
+	if !c.congestive() || now-c.lastDecrease < srtt {
 		return
 	}
 	c.cwnd = max(c.cwnd*(1-lossDecrease), minWindow)
 	c.lastDecrease, c.slowStart = now, false
+}
+
+// congestive reports whether the losses heard of lately are congestion's.
+func (c *congestion) congestive() bool {
+	if c.lastRTT > 0 && c.lastRTT >= c.lastTarget {
+		return true
+	}
+	return c.round.lossShare() > congestiveShare
 }
 
 // onTimeout restarts from the smallest window and slow-starts back to half

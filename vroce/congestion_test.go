@@ -22,10 +22,24 @@ func TestWindowGrowsUnderTargetAndShrinksAboveIt(t *testing.T) {
 	if c.cwnd < 64.9 || c.cwnd > 65.1 {
 		t.Fatalf("additive increase gave %.2f, want about 65", c.cwnd)
 	}
-	c.onLoss(srtt, 300_000)
+	c.onLoss(1, srtt, 205_000) // one in a round of 65, the RTT under target: random
+	if c.cwnd < 64.9 || c.cwnd > 65.1 {
+		t.Fatalf("a random loss moved the window to %.1f", c.cwnd)
+	}
+	c.onLoss(8, srtt, 206_000) // nine of 73 lost in the round: congestive
 	if c.cwnd < 56.8 || c.cwnd > 57 {
 		t.Fatalf("loss gave %.1f, want seven eighths of 65", c.cwnd)
 	}
+	c.onLoss(20, srtt, 207_000) // and again within the RTT: no change
+	if c.cwnd < 56.8 || c.cwnd > 57 {
+		t.Fatalf("trimmed twice in one RTT: %.1f", c.cwnd)
+	}
+	c.cwnd = 65                // back, as if the round had not been
+	c.onLoss(1, srtt, 300_000) // a new round: one loss is random again
+	if c.cwnd != 65 {
+		t.Fatalf("a random loss in a new round moved the window to %.1f", c.cwnd)
+	}
+	c.cwnd = 65 * (1 - lossDecrease)
 	c.onTimeout(400_000)
 	if c.window() != minWindow || !c.slowStart {
 		t.Fatalf("timeout left window %d, slow start %v", c.window(), c.slowStart)
@@ -96,5 +110,30 @@ func TestSmallWindowsTolerateMoreDelay(t *testing.T) {
 	large.onAck(400, rtt, minRTT, 100_000, 1_000_000)
 	if small.cwnd <= 4 || large.cwnd >= 400 {
 		t.Fatalf("at a delay between their targets: small %.1f (want up from 4), large %.1f (want down from 400)", small.cwnd, large.cwnd)
+	}
+}
+
+// A loss while the RTT stands above its target is congestion's however
+// few packets were lost: the queue it overflowed had already shown.
+func TestLossWithDelayIsCongestive(t *testing.T) {
+	var c congestion
+	c.init()
+	const minRTT, srtt = 10_000, 10_000
+	c.slowStart = false
+	tgt := target(minRTT, c.cwnd)
+	c.onAck(100, tgt-1, minRTT, srtt, 1)
+	before := c.cwnd
+	c.onLoss(1, srtt, 2) // one in a hundred, no queue: random
+	if c.cwnd != before {
+		t.Fatalf("a random loss moved the window from %.2f to %.2f", before, c.cwnd)
+	}
+	// The same loss, now with the RTT at its target (and the round not
+	// yet decreased by the delay signal, which waits an RTT after the
+	// last decrease).
+	c.lastDecrease = -srtt
+	c.lastRTT, c.lastTarget = tgt, tgt
+	c.onLoss(1, srtt, 3)
+	if want := before * (1 - lossDecrease); c.cwnd != want {
+		t.Fatalf("a loss with a standing queue: window %.2f, want %.2f", c.cwnd, want)
 	}
 }

@@ -754,7 +754,7 @@ func (r *requester) onAck(qp *QP, p *wire.Packet, now int64) {
 			qp.stats.SeqNAKsRecv++
 			r.markLostFrom(psn)
 			r.lossProven(now)
-			r.cc.onLoss(r.rtt.srtt, now)
+			r.cc.onLoss(1, r.rtt.srtt, now)
 			return
 		}
 		qp.stats.RemoteAbortErr++
@@ -870,7 +870,7 @@ const lossThreshold = 3
 // packets still detects its losses without waiting for a timeout.
 func (r *requester) detectLosses(qp *QP, now int64) {
 	reorder := max(r.rtt.srtt/4, 10_000)
-	found := false
+	found := 0
 	for p := r.sndUna; p != r.sndMax && psnDiff(p, r.highHeld) < 0; p = psnAdd(p, 1) {
 		st := r.pkt(p)
 		if st.done || st.held || st.lost {
@@ -881,12 +881,12 @@ func (r *requester) detectLosses(qp *QP, now int64) {
 			continue
 		}
 		r.markLost(p, st)
-		found = true
+		found++
 	}
-	if found {
+	if found > 0 {
 		r.lossProven(now)
 		qp.stats.FastRetransmits++
-		r.cc.onLoss(r.rtt.srtt, now)
+		r.cc.onLoss(found, r.rtt.srtt, now)
 	}
 }
 
@@ -1104,7 +1104,7 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 				// oldest unconfirmed packet, as a probe would, and
 				// trim the window.
 				r.lossSuspected(r.probe(), now)
-				r.cc.onLoss(r.rtt.srtt, now)
+				r.cc.onLoss(1, r.rtt.srtt, now)
 			} else {
 				// Again: everything in flight is presumed lost.
 				r.markLostFrom(r.sndUna)
