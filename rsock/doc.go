@@ -27,5 +27,11 @@
 // background, for at most ten seconds; SetLinger(0) resets instead, as
 // does closing with data unread. Drain waits for background closes, for a
 // program about to exit. Keepalive (Dialer.KeepAlive, 15 s by default)
-// finds a dead peer. A stream grants its peer 8 messages of up to 64 KiB.
+// finds a dead peer. A stream grants its peer 16 messages of up to 64 KiB.
+//
+// A reader waiting for data receives for the device meanwhile
+// (vroce.Signal), so the packet that brings its data wakes it directly,
+// and netconn's read deadline interrupts that receive. A Conn is an
+// io.ReaderFrom and io.WriterTo: io.Copy reads straight into registered
+// send buffers and writes straight from the receive buffers (copy.go).
 package rsock

@@ -29,7 +29,10 @@
 // receive can be interrupted (RecvInterrupter: udp, sim), a goroutine
 // waiting on a CQ takes over the receiving while it waits, so that the
 // packet that completes its work wakes it directly, with no hand-off
-// between goroutines (receiveTurn in turn.go). Requests are built and
+// between goroutines (receiveTurn in turn.go); so does one waiting on a
+// Signal for news a completion handler leaves it (rsock's stream reader,
+// signal.go). A Wait on a CQ with a completion handler leaves the turn
+// alone: the handler takes its completions wherever they land. Requests are built and
 // sent by the goroutine that posts them, under the QP's lock, so they leave
 // in PSN order. Queues grow with use, so an idle QP costs little memory.
 //
