@@ -43,15 +43,7 @@ func withSignal(t *testing.T, e pipeEnd) *signalEnd {
 // it, and waits for the send's completion on e's CQ.
 func sendTo(t *testing.T, e pipeEnd, s *signalEnd, i int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, s.qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{s.mr.SGE(0, 64)}}))
-	require.NoError(t, e.qp.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled | SendInline, Inline: []byte{byte(i)}}))
-	wc := make([]WorkCompletion, 1)
-	n, err := e.cq.PollWait(ctx, wc)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Equal(t, WCSuccess, wc[0].Status, "%+v", wc[0])
+	sendInline(t, e, s.pipeEnd, i, SendSignaled, e)
 }
 
 // awaitRecvs waits on s's Signal until its handler has taken want
@@ -84,15 +76,7 @@ func TestSignalWaiterReceivesForItself(t *testing.T) {
 // and waits for it on peer's CQ.
 func reply(t *testing.T, e, peer pipeEnd, i int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	require.NoError(t, peer.qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{peer.mr.SGE(0, 64)}}))
-	require.NoError(t, e.qp.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendInline, Inline: []byte{byte(i)}}))
-	wc := make([]WorkCompletion, 1)
-	n, err := peer.cq.PollWait(ctx, wc)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Equal(t, WCSuccess, wc[0].Status, "%+v", wc[0])
+	sendInline(t, e, peer, i, 0, peer)
 }
 
 // signalHoldingTheTurn starts a Wait on s's Signal with cancel and

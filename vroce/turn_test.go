@@ -38,12 +38,20 @@ func eventually(limit time.Duration, cond func() bool) bool {
 // and on e's for the send's completion, both with PollWait.
 func ping(t *testing.T, e, peer pipeEnd, i int) {
 	t.Helper()
+	sendInline(t, e, peer, i, SendSignaled, peer, e)
+}
+
+// sendInline posts a receive on peer and an inline SEND of one byte from
+// e with flags, then waits for one successful completion on each of
+// waitOn's CQs, in order.
+func sendInline(t *testing.T, e, peer pipeEnd, i int, flags SendFlags, waitOn ...pipeEnd) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, peer.qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{peer.mr.SGE(0, 64)}}))
-	require.NoError(t, e.qp.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled | SendInline, Inline: []byte{byte(i)}}))
+	require.NoError(t, e.qp.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, Flags: flags | SendInline, Inline: []byte{byte(i)}}))
 	wc := make([]WorkCompletion, 1)
-	for _, end := range []pipeEnd{peer, e} {
+	for _, end := range waitOn {
 		n, err := end.cq.PollWait(ctx, wc)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
