@@ -29,7 +29,10 @@ const maxGather = 16
 func (s *stream) CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error) {
 	var total int64
 	var taken [maxGather]chunk
-	bufs := make(net.Buffers, 0, maxGather)
+	// bufs is set to the whole of views each time: a write consumes it
+	// from the front, and appending to what is left would allocate.
+	var views [maxGather][]byte
+	var bufs net.Buffers
 	for {
 		s.mu.Lock()
 		if err := s.awaitDataLocked(cancel); err != nil {
@@ -51,7 +54,7 @@ func (s *stream) CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error) {
 		}
 		s.mu.Unlock()
 
-		bufs = bufs[:0]
+		bufs = views[:0]
 		for i := range n {
 			bufs = append(bufs, taken[i].data)
 		}

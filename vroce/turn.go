@@ -2,8 +2,6 @@ package vroce
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -254,7 +252,7 @@ func (d *Device) unpark() {
 // Close). The turn is free again when it returns. An error from the
 // provider goes to the receive goroutine with the turn, which deals with
 // it; receiveFor reports it so that the waiter waits the ordinary way
-// instead.
+// instead. Once the device is closed it reports ErrClosed.
 func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool) error {
 	t := &d.turn
 	t.mu.Lock()
@@ -283,12 +281,13 @@ func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool)
 	d.releaseTurn(out)
 	if err != nil {
 		t.giveBack()
-		if errors.Is(err, net.ErrClosed) && d.isClosed() {
-			return ErrClosed
-		}
-		return err
 	}
-	return nil
+	if d.isClosed() {
+		// Whatever the provider said: a waiter that tried again would
+		// take the free turn and return at once, round and round.
+		return ErrClosed
+	}
+	return err
 }
 
 // waiterSession is the state of the waiter holding the turn, kept in the

@@ -27,6 +27,10 @@ type mmsgReader struct {
 	got   int
 	errno syscall.Errno
 	read  func(fd uintptr) bool // made once: a closure per call would allocate
+	// each's call in progress, and its body, made once for the same
+	// reason: a CQ or Signal waiter calls RecvEach once per wait.
+	inEach   eachCall
+	eachRead func(fd uintptr) bool
 	// Busy polling (Options.BusyPoll): how long a receive keeps trying
 	// before it parks, when it started trying, and the tries that found
 	// nothing (for tests).
@@ -43,6 +47,7 @@ func newMmsgReader(c *net.UDPConn, size int, busy time.Duration) (*mmsgReader, e
 	}
 	m := &mmsgReader{rc: rc, hdrs: make([]unix.Mmsghdr, size), iovs: make([]unix.Iovec, size), names: make([]unix.RawSockaddrInet6, size), busy: busy}
 	m.read = m.recvmmsg
+	m.eachRead = m.readEach
 	return m, nil
 }
 
@@ -87,32 +92,14 @@ func (m *mmsgReader) recv(bufs, oobs [][]byte) (int, error) {
 // edge, and after a lone packet it parks without a recvmmsg to find that
 // out. (With busy polling it tries again, as recv would.)
 func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) (int, bool)) error {
-	dirty := len(bufs) // headers to set up again: those the kernel may have written
-	done := false      // got asked for no more
-	read := func(fd uintptr) bool {
-		for {
-			if m.stopped.Load() {
-				return true
-			}
-			m.prepare(bufs, oobs, dirty)
-			if dirty = 0; !m.recvmmsg(fd) {
-				return false
-			}
-			if m.errno != 0 {
-				return true
-			}
-			dirty = m.got + 1 // and the one it stopped at
-			packets, more := got(m.got)
-			if !more {
-				done = true
-				return true
-			}
-			if m.got < m.n && packets <= 1 && m.busy <= 0 {
-				return false
-			}
-		}
-	}
-	if err := m.rc.Read(read); err != nil {
+	e := &m.inEach
+	e.bufs, e.oobs, e.got = bufs, oobs, got
+	e.dirty = len(bufs) // headers to set up again: those the kernel may have written
+	e.done = false      // got asked for no more
+	err := m.rc.Read(m.eachRead)
+	done := e.done
+	*e = eachCall{}
+	if err != nil {
 		return err
 	}
 	if m.stopped.Load() {
@@ -122,6 +109,40 @@ func (m *mmsgReader) each(bufs, oobs [][]byte, got func(int) (int, bool)) error 
 		return nil
 	}
 	return m.errno
+}
+
+// eachCall is the state of the each call in progress, for eachRead.
+type eachCall struct {
+	bufs, oobs [][]byte
+	got        func(int) (int, bool)
+	dirty      int
+	done       bool
+}
+
+// readEach is each's body inside the poller's Read (m.eachRead).
+func (m *mmsgReader) readEach(fd uintptr) bool {
+	e := &m.inEach
+	for {
+		if m.stopped.Load() {
+			return true
+		}
+		m.prepare(e.bufs, e.oobs, e.dirty)
+		if e.dirty = 0; !m.recvmmsg(fd) {
+			return false
+		}
+		if m.errno != 0 {
+			return true
+		}
+		e.dirty = m.got + 1 // and the one it stopped at
+		packets, more := e.got(m.got)
+		if !more {
+			e.done = true
+			return true
+		}
+		if m.got < m.n && packets <= 1 && m.busy <= 0 {
+			return false
+		}
+	}
 }
 
 func (m *mmsgReader) stop() { m.stopped.Store(true) }

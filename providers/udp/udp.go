@@ -172,6 +172,10 @@ type Provider struct {
 
 	br    batchReader // owned by the one receiving goroutine
 	views [][]byte
+	// RecvEach's call in progress and its callbacks, made once (owned by
+	// the receiving goroutine too).
+	inEach           recvEachCall
+	gotGRO, gotPlain func(int) (int, bool)
 	// With UDP GRO, datagrams arrive coalesced into buffers of our own
 	// and are lent to the caller a segment per packet; what does not fit
 	// waits in pend for the next Recv.
@@ -237,6 +241,7 @@ func ListenWith(addr string, opts Options) (*Provider, error) {
 	local := conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	local = netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
 	p := &Provider{conn: conn, local: local, v6: local.Addr().Is6()}
+	p.gotGRO, p.gotPlain = p.onGRO, p.onPlain
 	if err := p.configure(); err != nil {
 		conn.Close()
 		return nil, err
@@ -313,16 +318,38 @@ func (p *Provider) RecvEach(pkts []vroce.Packet, deliver func(n int) bool) error
 		if _, more := p.deliverPending(pkts, deliver); !more { // left by a Recv
 			return nil
 		}
-		return p.interruptOr(p.br.each(p.rbufs, p.roob, func(got int) (int, bool) {
-			p.collect(got)
-			return p.deliverPending(pkts, deliver)
-		}))
 	}
-	views := p.viewsOf(pkts)
-	return p.interruptOr(p.br.each(views, nil, func(got int) (int, bool) {
-		p.fill(pkts, views, got)
-		return got, deliver(got)
-	}))
+	c := &p.inEach
+	c.pkts, c.deliver = pkts, deliver
+	var err error
+	if p.gro {
+		err = p.br.each(p.rbufs, p.roob, p.gotGRO)
+	} else {
+		c.views = p.viewsOf(pkts)
+		err = p.br.each(c.views, nil, p.gotPlain)
+	}
+	*c = recvEachCall{}
+	return p.interruptOr(err)
+}
+
+// recvEachCall is the RecvEach call in progress, for the callbacks made
+// once (gotGRO, gotPlain): a closure per call would allocate, and a CQ or
+// Signal waiter calls RecvEach once per wait.
+type recvEachCall struct {
+	pkts    []vroce.Packet
+	views   [][]byte
+	deliver func(n int) bool
+}
+
+func (p *Provider) onGRO(got int) (int, bool) {
+	p.collect(got)
+	return p.deliverPending(p.inEach.pkts, p.inEach.deliver)
+}
+
+func (p *Provider) onPlain(got int) (int, bool) {
+	c := &p.inEach
+	p.fill(c.pkts, c.views, got)
+	return got, c.deliver(got)
 }
 
 // InterruptRecv implements vroce.RecvInterrupter, through the socket's
