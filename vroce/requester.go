@@ -23,6 +23,12 @@ const (
 	// writes, so a lost response costs at most a window to re-request, not
 	// the whole remainder.
 	readChunk = 64
+	// sendBurst is the fewest new packets a window-limited sender sends
+	// at once while more are queued (as TCP defers a small TSO send):
+	// each ACK frees a packet or two, and sending those alone made GSO
+	// datagrams of two packets over veth, a system call and a trip
+	// through the peer's stack per two.
+	sendBurst = 16
 )
 
 // sendWQE is a posted send work request and its transport state.
@@ -357,6 +363,10 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 		}
 		r.emit(qp, w, psn, b, now)
 	}
+	if r.defersSend(qp.mtu) {
+		r.armTimers(qp, now)
+		return
+	}
 	mtu := qp.mtu
 	maxRd := max(qp.attr.MaxRdAtomic, 1)
 	for r.next < r.tail && r.paceAt == 0 {
@@ -393,6 +403,36 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 		}
 	}
 	r.armTimers(qp, now)
+}
+
+// defersSend reports whether new packets wait for more of the window to
+// open: the window is nearly full, so ACKs are on their way, and what is
+// queued would fill a burst. A flow with little in flight, or little
+// queued, sends at once.
+func (r *requester) defersSend(mtu int) bool {
+	burst := min(sendBurst, r.window()/4)
+	if burst <= 1 {
+		return false
+	}
+	// Sent and not acknowledged: sndNxt runs ahead to the end of the
+	// message being sent, nextPSN is where sending stands.
+	inFlight := int(psnDiff(r.nextPSN, r.sndUna))
+	if inFlight <= 0 || r.window()-inFlight >= burst {
+		return false
+	}
+	queued := 0 // packets posted and not yet sent, up to a burst
+	if r.next < r.tail {
+		w := r.slot(r.next)
+		if w.assigned {
+			queued = int(psnDiff(psnAdd(w.psn, w.npsn), r.nextPSN))
+		} else {
+			queued = w.packets(mtu)
+		}
+		for i := r.next + 1; i < r.tail && queued < burst; i++ {
+			queued += r.slot(i).packets(mtu)
+		}
+	}
+	return queued >= burst
 }
 
 // rdLimited reports whether w's next packet is a READ or atomic request
