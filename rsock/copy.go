@@ -80,6 +80,10 @@ func (s *stream) CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error) {
 // until io.EOF (then a nil error) or a failure.
 func (s *stream) CopyFrom(r io.Reader, cancel <-chan struct{}) (int64, error) {
 	var total int64
+	// Reads take a small buffer until one fills it, and a large one
+	// until one does not fill a small one: requests and responses stay
+	// small, a bulk copy moves 64 KiB messages.
+	small := true
 	for {
 		s.mu.Lock()
 		// Wait until nothing is pending, so that the next buffer, read
@@ -97,14 +101,20 @@ func (s *stream) CopyFrom(r io.Reader, cancel <-chan struct{}) (int64, error) {
 				return total, netconn.ErrCanceled
 			}
 		}
-		size := s.peerBuf
-		b, err := s.st.getBuf()
+		get := s.st.getBuf
+		if small {
+			get = s.st.getSmallBuf
+		}
+		peerBuf := s.peerBuf
 		s.mu.Unlock()
+		b, err := get()
 		if err != nil {
 			return total, err
 		}
+		size := min(peerBuf, len(b.data))
 
 		n, rerr := r.Read(b.data[:size])
+		small = n < smallBufSize
 		if n > 0 {
 			s.mu.Lock()
 			var werr error

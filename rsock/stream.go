@@ -268,14 +268,20 @@ func (s *stream) writeLocked(p []byte, cancel <-chan struct{}) (int, error) {
 			return n, err
 		}
 		if s.pending == nil {
-			b, err := s.st.getBuf()
+			// What leaves at once, and fits, takes a small buffer;
+			// what waits for credits gathers in a large one.
+			get := s.st.getBuf
+			if len(p)-n <= smallBufSize && s.credits > 0 {
+				get = s.st.getSmallBuf
+			}
+			b, err := get()
 			if err != nil {
 				return n, err
 			}
 			s.pending = b
 		}
-		if room := s.peerBuf - s.pending.n; room > 0 {
-			k := copy(s.pending.data[s.pending.n:s.peerBuf], p[n:])
+		if limit := s.pendingLimit(); s.pending.n < limit {
+			k := copy(s.pending.data[s.pending.n:limit], p[n:])
 			s.pending.n += k
 			n += k
 		}
@@ -283,7 +289,7 @@ func (s *stream) writeLocked(p []byte, cancel <-chan struct{}) (int, error) {
 		if n == len(p) {
 			continue
 		}
-		if s.pending != nil && s.pending.n == s.peerBuf {
+		if s.pending != nil && s.pending.n == s.pendingLimit() {
 			// Full, and no credit to send it: wait for the peer to read.
 			if !s.awaitCreditLocked(cancel) {
 				return n, netconn.ErrCanceled
@@ -291,6 +297,10 @@ func (s *stream) writeLocked(p []byte, cancel <-chan struct{}) (int, error) {
 		}
 	}
 }
+
+// pendingLimit is how much the pending buffer takes: the peer's largest
+// message, or less when the buffer is small.
+func (s *stream) pendingLimit() int { return min(s.peerBuf, len(s.pending.data)) }
 
 // awaitCreditLocked waits, unlocked, for the stream's sending side to
 // change (a credit, a failure); false if cancel closed first.
@@ -349,7 +359,7 @@ func (s *stream) advanceLocked() bool {
 	}
 	if s.err == nil {
 		s.flushLocked()
-		if s.credits > 0 && (s.pending == nil || s.pending.n < s.peerBuf) {
+		if s.credits > 0 && (s.pending == nil || s.pending.n < s.pendingLimit()) {
 			kick(s.wwake)
 		}
 		if s.wShut && !s.finSent && (s.pending == nil || s.pending.n == 0) && s.controlLocked(kindFIN) {
