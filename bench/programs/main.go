@@ -2,7 +2,8 @@
 // rsock-proxys (client -> proxy -> vRoCE -> proxy -> server) against the
 // same chain of proxies over kernel TCP, in one run on this host:
 // redis-benchmark against redis-server, iperf3, and wrk against nginx
-// serving a 64 KiB file at several connection counts.
+// serving a 64 KiB file at several connection counts, and a 1 KiB echo
+// at 8 to 3,000 connections (the cost per request as streams grow).
 //
 //	make bench-programs    # or: go run ./bench/programs -proxy bin/rsock-proxy -runs 3
 //
@@ -35,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -45,8 +47,9 @@ func main() {
 	dur := flag.Duration("duration", 4*time.Second, "how long each iperf3 and wrk measurement lasts")
 	conns := flag.String("wrk-conns", "2,32,200", "wrk connection counts")
 	requests := flag.Int("redis-requests", 100000, "requests per redis-benchmark run")
+	echoConns := flag.String("echo-conns", "8,200,1000,3000", "connection counts of the 1 KiB echo (cost per request as streams grow)")
 	flag.Parse()
-	if err := run(*proxy, *runs, *dur, *conns, *requests); err != nil {
+	if err := run(*proxy, *runs, *dur, *conns, *echoConns, *requests); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/programs:", err)
 		os.Exit(1)
 	}
@@ -58,7 +61,7 @@ var tools = map[string]string{
 	"iperf3": "iperf3", "nginx": "nginx-light", "wrk": "wrk",
 }
 
-func run(proxy string, runs int, dur time.Duration, connList string, requests int) error {
+func run(proxy string, runs int, dur time.Duration, connList, echoList string, requests int) error {
 	var missing []string
 	for _, tool := range slices.Sorted(mapsKeys(tools)) {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -71,13 +74,13 @@ func run(proxy string, runs int, dur time.Duration, connList string, requests in
 	if _, err := os.Stat(proxy); err != nil {
 		return fmt.Errorf("%s: %v (make build)", proxy, err)
 	}
-	var wrkConns []int
-	for _, f := range strings.Split(connList, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return fmt.Errorf("-wrk-conns %q: want a list of positive counts", connList)
-		}
-		wrkConns = append(wrkConns, n)
+	wrkConns, err := counts("-wrk-conns", connList)
+	if err != nil {
+		return err
+	}
+	echoConns, err := counts("-echo-conns", echoList)
+	if err != nil {
+		return err
 	}
 
 	dir, err := os.MkdirTemp("", "vroce-programs-")
@@ -121,6 +124,10 @@ func run(proxy string, runs int, dur time.Duration, connList string, requests in
 		works = append(works, workload{fmt.Sprintf("nginx + wrk, 64 KiB file, %d connections", n), "requests/s",
 			func(c *chain) (float64, error) { return wrk(c.nginx, n, dur) }})
 	}
+	for _, n := range echoConns {
+		works = append(works, workload{fmt.Sprintf("1 KiB echo, %d connections", n), "requests/s",
+			func(c *chain) (float64, error) { return echoLoad(c.echo, n, dur) }})
+	}
 
 	fmt.Printf("Unmodified programs through two rsock-proxys on one host, against the same chain over kernel TCP (%d runs each, chains taking turns).\n\n", runs)
 	fmt.Println("| workload | vRoCE chain (median) | TCP chain (median) | ratio, median | ratio, spread |")
@@ -143,6 +150,19 @@ func run(proxy string, runs int, dur time.Duration, connList string, requests in
 			median(ratios), ratios[0], ratios[len(ratios)-1])
 	}
 	return nil
+}
+
+// counts parses a flag's list of positive counts.
+func counts(name, list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s %q: want a list of positive counts", name, list)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func mapsKeys(m map[string]string) func(func(string) bool) {
@@ -215,6 +235,7 @@ func awaitListening(addr string) error {
 // servers are the programs' server ends, on loopback.
 type servers struct {
 	redis, iperf, nginx string // addresses
+	echo                string // an echo server of this process
 	file                []byte // what nginx serves at /file
 }
 
@@ -273,6 +294,12 @@ http {
 	if _, err := ps.start("nginx", "-c", confPath, "-e", filepath.Join(dir, "nginx-error.log")); err != nil {
 		return nil, err
 	}
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s.echo = echo.Addr().String()
+	go serveEcho(echo) // ends with the process
 	for _, a := range []string{s.redis, s.iperf, s.nginx} {
 		if err := awaitListening(a); err != nil {
 			return nil, err
@@ -284,8 +311,8 @@ http {
 // chain is one chain of proxies in front of each server: the addresses
 // the clients use.
 type chain struct {
-	kind                string
-	redis, iperf, nginx string
+	kind                      string
+	redis, iperf, nginx, echo string
 }
 
 // startChain starts, for each server, a server-side proxy (vroce:// or
@@ -296,7 +323,7 @@ func startChain(ps *procSet, proxy, kind string, srv *servers) (*chain, error) {
 	for _, x := range []struct {
 		server string
 		entry  *string
-	}{{srv.redis, &c.redis}, {srv.iperf, &c.iperf}, {srv.nginx, &c.nginx}} {
+	}{{srv.redis, &c.redis}, {srv.iperf, &c.iperf}, {srv.nginx, &c.nginx}, {srv.echo, &c.echo}} {
 		mid, err := freePort()
 		if err != nil {
 			return nil, err
@@ -448,4 +475,71 @@ func parseWrk(out []byte) (float64, error) {
 		return 0, fmt.Errorf("wrk: no rate in %q", out)
 	}
 	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// serveEcho sends back what each connection sends.
+func serveEcho(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			io.Copy(c, c)
+		}()
+	}
+}
+
+// echoLoad runs conns connections, each sending 1 KiB and reading it
+// back in turn, for dur, and returns exchanges per second; an answer
+// that differs from the request fails it.
+func echoLoad(addr string, conns int, dur time.Duration) (float64, error) {
+	cs := make([]net.Conn, 0, conns)
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	for range conns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return 0, fmt.Errorf("echo: %d of %d connections: %w", len(cs), conns, err)
+		}
+		cs = append(cs, c)
+	}
+	var done atomic.Int64
+	errc := make(chan error, conns)
+	end := time.Now().Add(dur)
+	start := time.Now()
+	for i, c := range cs {
+		go func() {
+			req, back := make([]byte, 1024), make([]byte, 1024)
+			for k := range req {
+				req[k] = byte(i + k)
+			}
+			for time.Now().Before(end) {
+				if _, err := c.Write(req); err != nil {
+					errc <- err
+					return
+				}
+				if _, err := io.ReadFull(c, back); err != nil {
+					errc <- err
+					return
+				}
+				if !bytes.Equal(req, back) {
+					errc <- errors.New("echo: the answer differs from the request")
+					return
+				}
+				done.Add(1)
+			}
+			errc <- nil
+		}()
+	}
+	for range conns {
+		if err := <-errc; err != nil {
+			return 0, err
+		}
+	}
+	return float64(done.Load()) / time.Since(start).Seconds(), nil
 }
