@@ -27,8 +27,12 @@ const (
 	ModeCM = "cm"
 )
 
-// probeWait is the least a SOCKET dial waits for a silent probe.
-const probeWait = 200 * time.Millisecond
+// probeWait is the least a SOCKET dial waits for a silent probe, and
+// strictProbeWait the least one that may not fall back waits.
+const (
+	probeWait       = 200 * time.Millisecond
+	strictProbeWait = 5 * time.Second
+)
 
 // DefaultKeepAlive is the idle time before a stream probes its peer.
 const DefaultKeepAlive = 15 * time.Second
@@ -298,7 +302,14 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 	// silent one a few more round trips than the connect took, and a busy
 	// host's scheduling delay: falling back on a vRoCE service is safe
 	// (it serves the stream over TCP) but slow.
-	wait := time.NewTimer(max(4*time.Since(start), probeWait))
+	// A dial that may not fall back gains little by giving up early (a
+	// server swamped by dials answers late): it waits longer.
+	patience := max(4*time.Since(start), probeWait)
+	if !d.fallback() {
+		patience = max(patience, strictProbeWait)
+	}
+	wait := time.NewTimer(patience)
+	defer wait.Stop()
 	var r cm.ProbeResult
 	select {
 	case r = <-probed:
@@ -308,7 +319,6 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 	case <-ctx.Done():
 		r = result()
 	}
-	wait.Stop()
 	if r != cm.ProbeListening {
 		if !d.fallback() {
 			tc.Close()

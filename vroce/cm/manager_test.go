@@ -827,10 +827,40 @@ func TestProbe(t *testing.T) {
 	if got, err := Probe(short, mute.LocalAddr().(*net.UDPAddr).AddrPort(), 0); err != nil || got != ProbeSilent {
 		t.Fatalf("mute port: %v %v", got, err)
 	}
-	// Two probes answered (a probe asks again every 10 ms until answered,
-	// so a slow host may hear more).
+	// Two probes answered (a probe asks again after 10 ms, then less
+	// often, until answered, so a slow host may hear more).
 	if s := a.m.Stats(); s.Received.SIDRReq < 2 || s.Sent.SIDRRep != s.Received.SIDRReq {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A probe nobody answers asks again less and less often: 10 ms, then
+// twice as long each time up to 160 ms. Asking every 10 ms, ten thousand
+// dials at once kept a server too busy answering to answer in time.
+func TestSilentProbeBacksOff(t *testing.T) {
+	mute, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	if got, err := Probe(ctx, mute.LocalAddr().(*net.UDPAddr).AddrPort(), 0); err != nil || got != ProbeSilent {
+		t.Fatalf("mute port: %v %v", got, err)
+	}
+	// Asks at 0, 10, 30, 70, 150, 310 and 470 ms: 7 in 600 ms (at a
+	// fixed 10 ms, 60).
+	asked := 0
+	buf := make([]byte, 512)
+	for {
+		mute.SetReadDeadline(time.Now().Add(50 * time.Millisecond)) // what was sent is queued already
+		if _, err := mute.Read(buf); err != nil {
+			break
+		}
+		asked++
+	}
+	if asked < 3 || asked > 12 {
+		t.Fatalf("a silent probe asked %d times in 600 ms, want about 7", asked)
 	}
 }
 

@@ -43,8 +43,14 @@ func (r ProbeResult) String() string {
 	return fmt.Sprintf("ProbeResult(%d)", uint8(r))
 }
 
-// probeInterval is how often a probe asks again while it waits.
-const probeInterval = 10 * time.Millisecond
+// A probe asks again after probeInterval, then after twice as long each
+// time, up to maxProbeInterval: ten thousand dials at once, each asking
+// every 10 ms, sent a million requests a second to a server busy
+// answering them, and the answers came too late for the dials.
+const (
+	probeInterval    = 10 * time.Millisecond
+	maxProbeInterval = 160 * time.Millisecond
+)
 
 // Probe asks the device at to whether a vRoCE service listens on the
 // service port (0: to's port), with an IB CM service ID resolution request
@@ -89,12 +95,14 @@ func Probe(ctx context.Context, to netip.AddrPort, service uint16) (ProbeResult,
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	in := make([]byte, madPacket)
+	interval := probeInterval
 	for {
 		if _, err := c.Write(out); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
 			return 0, fmt.Errorf("cm: probe %v: %w", to, err)
 		}
 		if ctx.Err() == nil {
-			c.SetReadDeadline(time.Now().Add(probeInterval))
+			c.SetReadDeadline(time.Now().Add(interval))
+			interval = min(2*interval, maxProbeInterval)
 		}
 		for {
 			n, err := c.Read(in)
