@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"vroce.dev/bench/internal/nspair"
 )
 
 // link is where a measurement runs: both ends in one process on loopback,
@@ -21,6 +23,7 @@ type link struct {
 	server string // a's address
 	loss   int    // percent of UDP 4791 each namespace drops on the way out (nftables)
 	port   int    // the next control port
+	pair   *nspair.Pair
 }
 
 // loopbackLink is the secondary view: one process, loopback.
@@ -29,22 +32,11 @@ var loopbackLink = &link{name: "loopback"}
 // vethLink makes two namespaces joined by a veth pair of the given MTU.
 // It needs root and ip; close removes them.
 func vethLink(mtu int) (*link, error) {
-	id := fmt.Sprintf("%d-%d", os.Getpid(), mtu)
-	l := &link{name: fmt.Sprintf("veth%d", mtu), mtu: mtu, a: "vroce-page-a-" + id, b: "vroce-page-b-" + id, server: "10.78.0.1", port: 19000}
-	steps := [][]string{
-		{"netns", "add", l.a}, {"netns", "add", l.b},
-		{"link", "add", "vpA", "netns", l.a, "type", "veth", "peer", "name", "vpB", "netns", l.b},
-		{"-n", l.a, "addr", "add", "10.78.0.1/24", "dev", "vpA"}, {"-n", l.b, "addr", "add", "10.78.0.2/24", "dev", "vpB"},
-		{"-n", l.a, "link", "set", "vpA", "mtu", fmt.Sprint(mtu), "up"}, {"-n", l.b, "link", "set", "vpB", "mtu", fmt.Sprint(mtu), "up"},
-		{"-n", l.a, "link", "set", "lo", "up"}, {"-n", l.b, "link", "set", "lo", "up"},
+	p, err := nspair.Make("vroce-page", "10.78.0", mtu)
+	if err != nil {
+		return nil, err
 	}
-	for _, s := range steps {
-		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
-			l.close()
-			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, out)
-		}
-	}
-	return l, nil
+	return &link{name: fmt.Sprintf("veth%d", mtu), mtu: mtu, a: p.A, b: p.B, server: p.AddrA, port: 19000, pair: p}, nil
 }
 
 // setLoss has each namespace drop pct percent of the UDP 4791 datagrams
@@ -67,11 +59,9 @@ func (l *link) setLoss(pct int) error {
 }
 
 func (l *link) close() {
-	if l.a == "" {
-		return
+	if l.pair != nil {
+		l.pair.Close()
 	}
-	_ = exec.Command("ip", "netns", "del", l.a).Run()
-	_ = exec.Command("ip", "netns", "del", l.b).Run()
 }
 
 // run runs one vroce-perf measurement over the link, with kernel TCP in

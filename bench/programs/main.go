@@ -1,21 +1,26 @@
 // Command programs measures real, unmodified programs through a pair of
 // rsock-proxys (client -> proxy -> vRoCE -> proxy -> server) against the
-// same chain of proxies over kernel TCP, in one run on this host:
-// redis-benchmark against redis-server, iperf3, and wrk against nginx
-// serving a 64 KiB file at several connection counts, and a 1 KiB echo
-// at 8 to 3,000 connections (the cost per request as streams grow).
+// same chain of proxies over kernel TCP, in one run: redis-benchmark
+// against redis-server, iperf3, and wrk against nginx serving a 64 KiB
+// file at several connection counts, and a 1 KiB echo at 8 to 3,000
+// connections (the cost per request as streams grow).
 //
 //	make bench-programs    # or: go run ./bench/programs -proxy bin/rsock-proxy -runs 3
+//
+// As root (the benchmark of record) the servers and their proxy run in
+// one network namespace and the clients and theirs in another, joined by
+// a veth pair of MTU 1500, as two hosts; elsewhere, or with -link
+// loopback, everything runs on this host's loopback.
 //
 // The two chains differ only in the hop between the proxies. The vRoCE
 // chain's client proxy runs with --no-fallback, so a connection that
 // could not use vRoCE fails instead of being measured over TCP. Before
 // measuring, each chain passes data checks: a 1 MiB redis value and the
 // nginx file read back byte for byte, an iperf3 run without error; every
-// measurement's own errors (wrk's socket errors and
-// non-2xx answers, redis-benchmark's failures) fail the run. The chains
-// take turns, -runs times, and each row gives the median ratio to TCP
-// and the spread over the runs.
+// measurement's own errors (wrk's socket errors and non-2xx answers,
+// redis-benchmark's failures, an echo that differs) fail the run. The
+// chains take turns, -runs times, and each row gives the median ratio to
+// TCP and the spread over the runs.
 package main
 
 import (
@@ -28,7 +33,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,20 +43,63 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"vroce.dev/bench/internal/nspair"
 )
 
 func main() {
 	proxy := flag.String("proxy", "bin/rsock-proxy", "the rsock-proxy binary")
 	runs := flag.Int("runs", 3, "how many times each chain runs each workload")
-	dur := flag.Duration("duration", 4*time.Second, "how long each iperf3 and wrk measurement lasts")
+	dur := flag.Duration("duration", 4*time.Second, "how long each iperf3, wrk and echo measurement lasts")
 	conns := flag.String("wrk-conns", "2,32,200", "wrk connection counts")
 	requests := flag.Int("redis-requests", 100000, "requests per redis-benchmark run")
 	echoConns := flag.String("echo-conns", "8,200,1000,3000", "connection counts of the 1 KiB echo (cost per request as streams grow)")
+	linkKind := flag.String("link", "", "veth (two namespaces, root) or loopback; default veth as root")
+	echoServer := flag.String("echo-server", "", "internal: serve the echo on this address")
+	echoClient := flag.String("echo-client", "", "internal: run the echo load against this address")
+	echoN := flag.Int("echo-n", 1, "internal: the echo load's connections")
 	flag.Parse()
-	if err := run(*proxy, *runs, *dur, *conns, *echoConns, *requests); err != nil {
+	var err error
+	switch {
+	case *echoServer != "":
+		err = serveEcho(*echoServer)
+	case *echoClient != "":
+		var rate float64
+		if rate, err = echoLoad(*echoClient, *echoN, *dur); err == nil {
+			fmt.Println(rate)
+		}
+	default:
+		err = run(*proxy, *linkKind, *runs, *dur, *conns, *echoConns, *requests)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/programs:", err)
 		os.Exit(1)
 	}
+}
+
+// site is where the two sides run: the servers and their proxy in srvNS
+// on srvHost, the clients and theirs in cliNS on its loopback. Empty
+// namespaces are this one.
+type site struct {
+	srvNS, cliNS string
+	srvHost      string
+	next         int // the next port, inside fresh namespaces
+}
+
+// port is a TCP port free on the site's side.
+func (s *site) port() (int, error) {
+	if s.srvNS == "" {
+		return freePort()
+	}
+	s.next++
+	return s.next, nil
+}
+
+func (s *site) describe() string {
+	if s.srvNS == "" {
+		return "on one host's loopback"
+	}
+	return "between two network namespaces over a veth pair of MTU 1500 (servers in one, clients in the other)"
 }
 
 // The programs measured, and the Debian packages they come in.
@@ -61,7 +108,7 @@ var tools = map[string]string{
 	"iperf3": "iperf3", "nginx": "nginx-light", "wrk": "wrk",
 }
 
-func run(proxy string, runs int, dur time.Duration, connList, echoList string, requests int) error {
+func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList string, requests int) error {
 	var missing []string
 	for _, tool := range slices.Sorted(mapsKeys(tools)) {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -83,6 +130,30 @@ func run(proxy string, runs int, dur time.Duration, connList, echoList string, r
 		return err
 	}
 
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	st := &site{srvHost: "127.0.0.1"}
+	if linkKind == "" {
+		linkKind = "loopback"
+		if os.Geteuid() == 0 {
+			linkKind = "veth"
+		}
+	}
+	switch linkKind {
+	case "veth":
+		pair, err := nspair.Make("vroce-prog", "10.79.0", 1500)
+		if err != nil {
+			return err
+		}
+		defer pair.Close()
+		st = &site{srvNS: pair.A, cliNS: pair.B, srvHost: pair.AddrA, next: 21000}
+	case "loopback":
+	default:
+		return fmt.Errorf("-link %q: want veth or loopback", linkKind)
+	}
+
 	dir, err := os.MkdirTemp("", "vroce-programs-")
 	if err != nil {
 		return err
@@ -94,13 +165,13 @@ func run(proxy string, runs int, dur time.Duration, connList, echoList string, r
 	var procs procSet
 	defer procs.stop()
 
-	srv, err := startServers(&procs, dir)
+	srv, err := startServers(&procs, st, self, dir)
 	if err != nil {
 		return err
 	}
 	chains := map[string]*chain{}
 	for _, kind := range []string{"vroce", "tcp"} {
-		c, err := startChain(&procs, proxy, kind, srv)
+		c, err := startChain(&procs, st, proxy, kind, srv)
 		if err != nil {
 			return err
 		}
@@ -116,20 +187,20 @@ func run(proxy string, runs int, dur time.Duration, connList, echoList string, r
 		measure func(c *chain) (float64, error)
 	}
 	works := []workload{
-		{"redis-benchmark SET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c.redis, "set", requests) }},
-		{"redis-benchmark GET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c.redis, "get", requests) }},
-		{"iperf3, one stream", "Gbit/s", func(c *chain) (float64, error) { return iperf(c.iperf, dur) }},
+		{"redis-benchmark SET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c, "set", requests) }},
+		{"redis-benchmark GET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c, "get", requests) }},
+		{"iperf3, one stream", "Gbit/s", func(c *chain) (float64, error) { return iperf(c, dur) }},
 	}
 	for _, n := range wrkConns {
 		works = append(works, workload{fmt.Sprintf("nginx + wrk, 64 KiB file, %d connections", n), "requests/s",
-			func(c *chain) (float64, error) { return wrk(c.nginx, n, dur) }})
+			func(c *chain) (float64, error) { return wrk(c, n, dur) }})
 	}
 	for _, n := range echoConns {
 		works = append(works, workload{fmt.Sprintf("1 KiB echo, %d connections", n), "requests/s",
-			func(c *chain) (float64, error) { return echoLoad(c.echo, n, dur) }})
+			func(c *chain) (float64, error) { return c.echoLoad(self, n, dur) }})
 	}
 
-	fmt.Printf("Unmodified programs through two rsock-proxys on one host, against the same chain over kernel TCP (%d runs each, chains taking turns).\n\n", runs)
+	fmt.Printf("Unmodified programs through two rsock-proxys %s, against the same chain over kernel TCP (%d runs each, chains taking turns).\n\n", st.describe(), runs)
 	fmt.Println("| workload | vRoCE chain (median) | TCP chain (median) | ratio, median | ratio, spread |")
 	fmt.Println("|---|---|---|---|---|")
 	for _, w := range works {
@@ -187,8 +258,8 @@ func median(v []float64) float64 {
 // procSet is every process this run started; stop ends them all.
 type procSet []*exec.Cmd
 
-func (ps *procSet) start(name string, args ...string) (*exec.Cmd, error) {
-	cmd := exec.Command(name, args...)
+func (ps *procSet) start(ns, name string, args ...string) (*exec.Cmd, error) {
+	cmd := nspair.Command(ns, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -221,42 +292,50 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// awaitListening waits until something accepts on addr.
-func awaitListening(addr string) error {
+// awaitListening waits until something accepts on addr, seen from ns.
+func awaitListening(ns, addr string) error {
+	host, port, _ := net.SplitHostPort(addr)
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
+		if ns == "" {
+			if c, err := net.Dial("tcp", addr); err == nil {
+				c.Close()
+				return nil
+			}
+			continue
+		}
+		if nspair.Command(ns, "bash", "-c", "exec 3<>/dev/tcp/"+host+"/"+port).Run() == nil {
 			return nil
 		}
 	}
 	return fmt.Errorf("nothing listens on %s after 10 s", addr)
 }
 
-// servers are the programs' server ends, on loopback.
+// servers are the programs' server ends.
 type servers struct {
-	redis, iperf, nginx string // addresses
-	echo                string // an echo server of this process
-	file                []byte // what nginx serves at /file
+	redis, iperf, nginx, echo string // addresses
+	file                      []byte // what nginx serves at /file
 }
 
-func startServers(ps *procSet, dir string) (*servers, error) {
+func startServers(ps *procSet, st *site, self, dir string) (*servers, error) {
 	var s servers
-	ports := make([]int, 3)
+	ports := make([]int, 4)
 	for i := range ports {
-		p, err := freePort()
+		p, err := st.port()
 		if err != nil {
 			return nil, err
 		}
 		ports[i] = p
 	}
-	s.redis = fmt.Sprintf("127.0.0.1:%d", ports[0])
-	s.iperf = fmt.Sprintf("127.0.0.1:%d", ports[1])
-	s.nginx = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	at := func(port int) string { return net.JoinHostPort(st.srvHost, fmt.Sprint(port)) }
+	s.redis, s.iperf, s.nginx, s.echo = at(ports[0]), at(ports[1]), at(ports[2]), at(ports[3])
 
-	if _, err := ps.start("redis-server", "--port", fmt.Sprint(ports[0]), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir); err != nil {
+	if _, err := ps.start(st.srvNS, "redis-server", "--port", fmt.Sprint(ports[0]), "--bind", st.srvHost, "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", dir); err != nil {
 		return nil, err
 	}
-	if _, err := ps.start("iperf3", "-s", "-p", fmt.Sprint(ports[1]), "-B", "127.0.0.1"); err != nil {
+	if _, err := ps.start(st.srvNS, "iperf3", "-s", "-p", fmt.Sprint(ports[1]), "-B", st.srvHost); err != nil {
+		return nil, err
+	}
+	if _, err := ps.start(st.srvNS, self, "-echo-server", s.echo); err != nil {
 		return nil, err
 	}
 
@@ -291,17 +370,11 @@ http {
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	if _, err := ps.start("nginx", "-c", confPath, "-e", filepath.Join(dir, "nginx-error.log")); err != nil {
+	if _, err := ps.start(st.srvNS, "nginx", "-c", confPath, "-e", filepath.Join(dir, "nginx-error.log")); err != nil {
 		return nil, err
 	}
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	s.echo = echo.Addr().String()
-	go serveEcho(echo) // ends with the process
-	for _, a := range []string{s.redis, s.iperf, s.nginx} {
-		if err := awaitListening(a); err != nil {
+	for _, a := range []string{s.redis, s.iperf, s.nginx, s.echo} {
+		if err := awaitListening(st.srvNS, a); err != nil {
 			return nil, err
 		}
 	}
@@ -309,62 +382,63 @@ http {
 }
 
 // chain is one chain of proxies in front of each server: the addresses
-// the clients use.
+// the clients use, on the loopback of the clients' namespace.
 type chain struct {
 	kind                      string
+	ns                        string // the clients'
 	redis, iperf, nginx, echo string
 }
 
 // startChain starts, for each server, a server-side proxy (vroce:// or
-// tcp:// in, TCP to the server out) and a client-side proxy (TCP in, to
-// the server-side proxy out).
-func startChain(ps *procSet, proxy, kind string, srv *servers) (*chain, error) {
-	c := &chain{kind: kind}
+// tcp:// in, TCP to the server out) beside the servers, and a client-side
+// proxy (TCP in, to the server-side proxy out) beside the clients.
+func startChain(ps *procSet, st *site, proxy, kind string, srv *servers) (*chain, error) {
+	c := &chain{kind: kind, ns: st.cliNS}
 	for _, x := range []struct {
 		server string
 		entry  *string
 	}{{srv.redis, &c.redis}, {srv.iperf, &c.iperf}, {srv.nginx, &c.nginx}, {srv.echo, &c.echo}} {
-		mid, err := freePort()
+		mid, err := st.port()
 		if err != nil {
 			return nil, err
 		}
-		in, err := freePort()
+		in, err := st.port()
 		if err != nil {
 			return nil, err
 		}
-		midAddr := fmt.Sprintf("127.0.0.1:%d", mid)
+		midAddr := net.JoinHostPort(st.srvHost, fmt.Sprint(mid))
 		*x.entry = fmt.Sprintf("127.0.0.1:%d", in)
 		serverSide := []string{"--listen", kind + "://" + midAddr, "--to", "tcp://" + x.server}
 		clientSide := []string{"--listen", "tcp://" + *x.entry, "--to", kind + "://" + midAddr}
 		if kind == "vroce" {
 			clientSide = append(clientSide, "--no-fallback")
 		}
-		if _, err := ps.start(proxy, serverSide...); err != nil {
+		if _, err := ps.start(st.srvNS, proxy, serverSide...); err != nil {
 			return nil, err
 		}
-		if err := awaitListening(midAddr); err != nil {
+		if err := awaitListening(st.srvNS, midAddr); err != nil {
 			return nil, err
 		}
-		if _, err := ps.start(proxy, clientSide...); err != nil {
+		if _, err := ps.start(st.cliNS, proxy, clientSide...); err != nil {
 			return nil, err
 		}
-		if err := awaitListening(*x.entry); err != nil {
+		if err := awaitListening(st.cliNS, *x.entry); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
+// command is a client program run beside the chain's clients.
+func (c *chain) command(name string, args ...string) *exec.Cmd {
+	return nspair.Command(c.ns, name, args...)
+}
+
 // check reads data back through the chain byte for byte.
 func (c *chain) check(srv *servers) error {
-	resp, err := http.Get("http://" + c.nginx + "/file")
+	got, err := c.command("curl", "-sS", "--fail", "--max-time", "10", "http://"+c.nginx+"/file").Output()
 	if err != nil {
-		return err
-	}
-	got, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return err
+		return fmt.Errorf("curl: %v", err)
 	}
 	if sha256.Sum256(got) != sha256.Sum256(srv.file) {
 		return fmt.Errorf("nginx: %d bytes read back differ from the %d-byte file", len(got), len(srv.file))
@@ -373,31 +447,31 @@ func (c *chain) check(srv *servers) error {
 	value := make([]byte, 1<<20)
 	rand.Read(value)
 	host, port, _ := net.SplitHostPort(c.redis)
-	set := exec.Command("redis-cli", "-h", host, "-p", port, "-x", "SET", "vroce-check")
+	set := c.command("redis-cli", "-h", host, "-p", port, "-x", "SET", "vroce-check")
 	set.Stdin = bytes.NewReader(value)
 	if out, err := set.CombinedOutput(); err != nil || !bytes.Contains(out, []byte("OK")) {
 		return fmt.Errorf("redis SET of 1 MiB: %v: %s", err, out)
 	}
-	back, err := exec.Command("redis-cli", "-h", host, "-p", port, "--no-raw", "STRLEN", "vroce-check").Output()
+	back, err := c.command("redis-cli", "-h", host, "-p", port, "--no-raw", "STRLEN", "vroce-check").Output()
 	if err != nil || strings.TrimSpace(strings.TrimPrefix(string(back), "(integer)")) != fmt.Sprint(len(value)) {
 		return fmt.Errorf("redis STRLEN: %v: %s", err, back)
 	}
-	get, err := exec.Command("redis-cli", "-h", host, "-p", port, "--raw", "GET", "vroce-check").Output()
+	get, err := c.command("redis-cli", "-h", host, "-p", port, "--raw", "GET", "vroce-check").Output()
 	if err != nil {
 		return fmt.Errorf("redis GET: %v", err)
 	}
 	if !bytes.Equal(bytes.TrimSuffix(get, []byte("\n")), value) {
 		return fmt.Errorf("redis: the 1 MiB value read back differs (%d bytes)", len(get))
 	}
-	_, err = iperf(c.iperf, time.Second)
+	_, err = iperf(c, time.Second)
 	return err
 }
 
 // redisBench runs redis-benchmark for one test with 32 clients and
 // returns requests per second.
-func redisBench(addr, test string, requests int) (float64, error) {
-	host, port, _ := net.SplitHostPort(addr)
-	out, err := exec.Command("redis-benchmark", "-h", host, "-p", port, "-t", test, "-c", "32", "-n", fmt.Sprint(requests), "--csv").CombinedOutput()
+func redisBench(c *chain, test string, requests int) (float64, error) {
+	host, port, _ := net.SplitHostPort(c.redis)
+	out, err := c.command("redis-benchmark", "-h", host, "-p", port, "-t", test, "-c", "32", "-n", fmt.Sprint(requests), "--csv").CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("redis-benchmark: %v: %s", err, out)
 	}
@@ -419,10 +493,10 @@ func parseRedisCSV(out []byte, test string) (float64, error) {
 // iperf runs one iperf3 client stream and returns the goodput received,
 // in Gbit/s. (Its sender's count runs ahead of its receiver's by what is
 // in flight when the test ends, in the proxies too: they differ.)
-func iperf(addr string, dur time.Duration) (float64, error) {
-	host, port, _ := net.SplitHostPort(addr)
+func iperf(c *chain, dur time.Duration) (float64, error) {
+	host, port, _ := net.SplitHostPort(c.iperf)
 	secs := max(1, int(dur/time.Second))
-	out, err := exec.Command("iperf3", "-c", host, "-p", port, "-t", fmt.Sprint(secs), "-J").Output()
+	out, err := c.command("iperf3", "-c", host, "-p", port, "-t", fmt.Sprint(secs), "-J").Output()
 	var r struct {
 		Error string `json:"error"`
 		End   struct {
@@ -454,10 +528,10 @@ var (
 
 // wrk fetches nginx's file over conns connections for dur and returns
 // requests per second; any socket error or non-2xx answer fails it.
-func wrk(addr string, conns int, dur time.Duration) (float64, error) {
+func wrk(c *chain, conns int, dur time.Duration) (float64, error) {
 	threads := min(2, conns)
-	out, err := exec.Command("wrk", "-t", fmt.Sprint(threads), "-c", fmt.Sprint(conns), "-d", fmt.Sprintf("%ds", max(1, int(dur/time.Second))),
-		"http://"+addr+"/file").CombinedOutput()
+	out, err := c.command("wrk", "-t", fmt.Sprint(threads), "-c", fmt.Sprint(conns), "-d", fmt.Sprintf("%ds", max(1, int(dur/time.Second))),
+		"http://"+c.nginx+"/file").CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("wrk: %v: %s", err, out)
 	}
@@ -477,18 +551,36 @@ func parseWrk(out []byte) (float64, error) {
 	return strconv.ParseFloat(string(m[1]), 64)
 }
 
-// serveEcho sends back what each connection sends.
-func serveEcho(ln net.Listener) {
+// serveEcho sends back what each connection to addr sends (a process of
+// its own, beside the servers).
+func serveEcho(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			return
+			return err
 		}
 		go func() {
 			defer c.Close()
 			io.Copy(c, c)
 		}()
 	}
+}
+
+// echoLoad runs the echo load through the chain, as a process of this
+// command's own beside the clients, and returns exchanges per second.
+func (c *chain) echoLoad(self string, conns int, dur time.Duration) (float64, error) {
+	cmd := c.command(self, "-echo-client", c.echo, "-echo-n", fmt.Sprint(conns), "-duration", dur.String())
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("%v: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
 }
 
 // echoLoad runs conns connections, each sending 1 KiB and reading it

@@ -1,0 +1,52 @@
+package nspair
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// Pair is two namespaces, A and B, joined by a veth pair: A's end has
+// AddrA, B's AddrB, both in one /24.
+type Pair struct {
+	A, B         string // namespace names
+	AddrA, AddrB string
+	MTU          int
+}
+
+// Make creates a pair named after prefix, the process and the MTU, with
+// addresses net.1 (A) and net.2 (B); net is three octets ("10.78.0").
+// Close removes it.
+func Make(prefix, net string, mtu int) (*Pair, error) {
+	id := fmt.Sprintf("%d-%d", os.Getpid(), mtu)
+	p := &Pair{A: prefix + "-a-" + id, B: prefix + "-b-" + id, AddrA: net + ".1", AddrB: net + ".2", MTU: mtu}
+	steps := [][]string{
+		{"netns", "add", p.A}, {"netns", "add", p.B},
+		{"link", "add", "vpA", "netns", p.A, "type", "veth", "peer", "name", "vpB", "netns", p.B},
+		{"-n", p.A, "addr", "add", p.AddrA + "/24", "dev", "vpA"}, {"-n", p.B, "addr", "add", p.AddrB + "/24", "dev", "vpB"},
+		{"-n", p.A, "link", "set", "vpA", "mtu", fmt.Sprint(mtu), "up"}, {"-n", p.B, "link", "set", "vpB", "mtu", fmt.Sprint(mtu), "up"},
+		{"-n", p.A, "link", "set", "lo", "up"}, {"-n", p.B, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command("ip", s...).CombinedOutput(); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(s, " "), err, out)
+		}
+	}
+	return p, nil
+}
+
+// Close removes both namespaces (and with them the veth pair).
+func (p *Pair) Close() {
+	_ = exec.Command("ip", "netns", "del", p.A).Run()
+	_ = exec.Command("ip", "netns", "del", p.B).Run()
+}
+
+// Command is name with args run inside namespace ns (none: here).
+func Command(ns, name string, args ...string) *exec.Cmd {
+	if ns == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+}
