@@ -2,8 +2,11 @@ package rsock
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -113,6 +116,69 @@ func onBoth(b *testing.B, bench func(b *testing.B, client, server net.Conn)) {
 			bench(b, c, s)
 			b.StopTimer() // closing waits out the QPs' TIME_WAIT: not the workload
 			done()
+		})
+	}
+}
+
+// BenchmarkManyBulkStreams writes 64 KiB messages over many streams at
+// once between two stacks on loopback, and reports the goodput and the
+// sending side's retransmissions, of which spurious ones (probes and
+// timeouts while a goroutine waited to be scheduled) were most:
+//
+//	go test -run XXX -bench ManyBulkStreams -benchtime 3x ./rsock/
+func BenchmarkManyBulkStreams(b *testing.B) {
+	for _, n := range []int{2, 32, 200} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			l, err := (&ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			var received atomic.Int64
+			var readers sync.WaitGroup
+			clients := make([]net.Conn, 0, n)
+			var servers []net.Conn
+			for range n {
+				c, s := pair(b, l, &Dialer{})
+				clients, servers = append(clients, c), append(servers, s)
+				readers.Go(func() {
+					k, _ := io.Copy(io.Discard, s)
+					received.Add(k)
+				})
+			}
+			msg := make([]byte, 64<<10)
+			per := max(b.N*256/n, 1) // messages per stream: 16 MiB per b.N
+			b.ResetTimer()
+			start := time.Now()
+			var writers sync.WaitGroup
+			for _, c := range clients {
+				writers.Go(func() {
+					for range per {
+						if _, err := c.Write(msg); err != nil {
+							return
+						}
+					}
+					c.(*Conn).CloseWrite()
+				})
+			}
+			writers.Wait()
+			readers.Wait()
+			el := time.Since(start)
+			b.StopTimer()
+			if want := int64(per * n * len(msg)); received.Load() != want {
+				b.Fatalf("received %d bytes of %d", received.Load(), want)
+			}
+			retx := uint64(0)
+			for _, c := range clients {
+				retx += c.(*Conn).s.qp.Stats().Retransmits
+			}
+			b.ReportMetric(float64(received.Load())/el.Seconds()/(1<<20), "MiB/s")
+			b.ReportMetric(float64(retx), "retransmits")
+			for _, c := range append(clients, servers...) {
+				c.Close()
+			}
+			l.Close()
+			settle(b)
 		})
 	}
 }

@@ -37,7 +37,7 @@ func writeForever(addr string) {
 
 // settle waits for every stream of the test to finish closing in the
 // background and its device to close.
-func settle(t *testing.T) {
+func settle(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -54,7 +54,7 @@ func transport(c net.Conn) string {
 }
 
 // pair dials l and returns both ends.
-func pair(t *testing.T, l net.Listener, d *Dialer) (client, server net.Conn) {
+func pair(t testing.TB, l net.Listener, d *Dialer) (client, server net.Conn) {
 	t.Helper()
 	accepted := make(chan net.Conn, 1)
 	go func() {

@@ -72,6 +72,7 @@ type Device struct {
 	handedOff atomic.Bool
 	handlers  handlerQueue // CQ completion handlers due after a batch
 	yield     yieldGate    // owned by the receive turn's holder
+	sched     schedLatency // the scheduler's delay, which timers allow for
 	turn      receiveTurn  // who receives from the provider
 	done      chan struct{}
 	wg        sync.WaitGroup

@@ -539,7 +539,13 @@ func (r *requester) armTimers(qp *QP, now int64) {
 		r.schedule(qp)
 		return
 	}
-	rto := r.rtt.rto(r.backoff, qp.ackTimeout())
+	// An ACK can wait for a goroutine to be scheduled, on either end:
+	// both timers allow for what the scheduler makes goroutines wait.
+	wait := qp.dev.sched.allowance(now)
+	rto := r.rtt.rto(r.backoff, qp.ackTimeout()) + wait
+	if ceiling := qp.ackTimeout(); ceiling > 0 {
+		rto = min(rto, ceiling)
+	}
 	if r.rtoAt == 0 {
 		r.rtoAt = now + rto
 	}
@@ -557,7 +563,7 @@ func (r *requester) armTimers(qp *QP, now int64) {
 		// until the RTO (117 packets in 40 ms to rxe). So a PTO apart, the
 		// last a quarter RTO before it: at most (RTO * 3/4) / PTO + 1
 		// probes per RTO.
-		if at := min(now+r.rtt.pto(r.probeFloor(now)), r.rtoAt-rto/4); at > now {
+		if at := min(now+r.rtt.pto(r.probeFloor(now))+wait, r.rtoAt-rto/4); at > now {
 			r.probeAt = at
 		}
 	}
