@@ -33,7 +33,7 @@ type CQ struct {
 	// receiving counts waiters holding the device's receive turn for
 	// this CQ (receiveTurn): a completion another goroutine pushes
 	// interrupts their receive.
-	receiving int
+	receiving atomic.Int32
 	// The context whose end interrupts a receiving waiter, and how to
 	// stop it doing so: kept from one Wait to the next with the same
 	// context, since registering costs an allocation and a map insert.
@@ -215,11 +215,7 @@ func (cq *CQ) grow() {
 }
 
 func (cq *CQ) wakeLocked() {
-	if cq.receiving > 0 && !cq.dev.handlers.looking.Load() {
-		// Its waiter is receiving, and not in a batch after which it
-		// would look: it must hear of this now.
-		cq.dev.interruptTurn()
-	}
+	cq.dev.wakeHolder(&cq.receiving)
 	if cq.nwait == 0 {
 		return
 	}
@@ -286,15 +282,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 				return err
 			}
 			if d.takeTurnFree() {
-				cq.receiving++
 				cq.interruptOnDoneLocked(ctx)
 				cq.mu.Unlock()
-				out := d.getBatch()
-				err := d.receiveFor(ctx, out, cq.turnDone)
-				d.putBatch(out)
-				cq.mu.Lock()
-				cq.receiving--
-				cq.mu.Unlock()
+				err := d.receiveHolding(ctx, cq.turnDone, &cq.receiving)
 				if errors.Is(err, ErrClosed) {
 					return err
 				}
@@ -353,10 +343,7 @@ func (cq *CQ) interruptOnDoneLocked(ctx context.Context) {
 	}
 	cq.turnCtx = ctx
 	cq.turnStop = context.AfterFunc(ctx, func() {
-		cq.mu.Lock()
-		receiving := cq.receiving > 0
-		cq.mu.Unlock()
-		if receiving {
+		if cq.receiving.Load() > 0 {
 			cq.dev.interruptTurn()
 		}
 	})

@@ -45,11 +45,7 @@ func (s *Signal) Notify() {
 	default:
 	}
 	d := s.dev
-	if s.receiving.Load() > 0 && !d.handlers.looking.Load() {
-		// Its waiter is receiving, and not in a batch after which it
-		// would look: it must hear of this now.
-		d.interruptTurn()
-	}
+	d.wakeHolder(&s.receiving)
 	d.handedOff.Store(true)
 	d.turn.woke.Store(true)
 }
@@ -74,14 +70,9 @@ func (s *Signal) Wait(cancel <-chan struct{}) {
 		}
 		if turn && d.takeTurnFree() {
 			s.cancel = cancel
-			s.receiving.Add(1)
-			out := d.getBatch()
 			// An error goes to the receive goroutine with the turn,
 			// which deals with it; this waiter waits the plain way.
-			err := d.receiveFor(context.Background(), out, s.ready)
-			d.putBatch(out)
-			s.receiving.Add(-1)
-			turn = err == nil
+			turn = d.receiveHolding(context.Background(), s.ready, &s.receiving) == nil
 			continue
 		}
 		if !turn {

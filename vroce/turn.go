@@ -246,10 +246,33 @@ func (d *Device) unpark() {
 	t.mu.Unlock()
 }
 
-// receiveFor is a CQ waiter's turn: it receives for the whole device,
-// batch after batch, until done reports true after a batch or the receive
-// is interrupted (the caller arranges for ctx's end to interrupt it; Wake,
-// Close). The turn is free again when it returns. An error from the
+// receiveHolding is a waiter's turn (CQ.Wait, Signal.Wait), once
+// takeTurnFree gave it: it receives for the device until done
+// (receiveFor). receiving counts the waiter among those a wake-up from
+// another goroutine must interrupt (wakeHolder) before receiveFor first
+// looks at done, so that such a wake-up is either seen by that look or
+// cuts the receive short.
+func (d *Device) receiveHolding(ctx context.Context, done func() bool, receiving *atomic.Int32) error {
+	receiving.Add(1)
+	defer receiving.Add(-1)
+	out := d.getBatch()
+	defer d.putBatch(out)
+	return d.receiveFor(ctx, out, done)
+}
+
+// wakeHolder interrupts the receive of a waiter holding the turn, when
+// one of those receiving counts holds it, unless the holder is in a batch
+// or its handlers, after which it looks at done anyway.
+func (d *Device) wakeHolder(receiving *atomic.Int32) {
+	if receiving.Load() > 0 && !d.handlers.looking.Load() {
+		d.interruptTurn()
+	}
+}
+
+// receiveFor is a waiter's turn: it receives for the whole device, batch
+// after batch, until done reports true (before a receive, and after each
+// batch) or the receive is interrupted (the caller arranges for ctx's
+// end to interrupt it; Wake, Notify, Close). The turn is free again when it returns. An error from the
 // provider goes to the receive goroutine with the turn, which deals with
 // it; receiveFor reports it so that the waiter waits the ordinary way
 // instead. Once the device is closed it reports ErrClosed.
@@ -262,7 +285,7 @@ func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool)
 	w := &t.session
 	w.out, w.done, w.keep = out, done, false
 	var err error
-	for !w.keep && ctx.Err() == nil && !d.isClosed() {
+	for ctx.Err() == nil && !d.isClosed() && !done() {
 		pkts := t.buffers()
 		if br, ok := d.prov.(BatchReceiver); ok {
 			err = br.RecvEach(pkts, t.deliver)
@@ -272,7 +295,7 @@ func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool)
 				t.deliver(got)
 			}
 		}
-		if err != nil || !w.keep && done() {
+		if err != nil || w.keep {
 			break
 		}
 	}
