@@ -182,7 +182,11 @@ type deafStream struct {
 }
 
 func (s *deafStream) Read(p []byte, cancel <-chan struct{}) (int, error) {
-	<-s.interrupt
+	select {
+	case <-s.interrupt:
+	case <-time.After(10 * time.Second):
+		return 0, errors.New("the deadline passed without interrupting the read")
+	}
 	select {
 	case <-cancel:
 		return 0, ErrCanceled

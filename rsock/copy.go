@@ -49,9 +49,7 @@ func (s *stream) CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error) {
 			taken[n] = s.rq.pop()
 			n++
 		}
-		if s.rq.len() > 0 || s.peerFIN || s.err != nil {
-			s.rwake.Notify() // for another reader
-		}
+		s.passOnLocked()
 		s.mu.Unlock()
 
 		bufs = views[:0]
@@ -63,12 +61,9 @@ func (s *stream) CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error) {
 
 		s.mu.Lock()
 		for i := range n {
-			taken[i].release(s.st)
-			s.owed++
+			s.consumedLocked(&taken[i])
 		}
-		if s.owed >= window/2 {
-			s.grantLocked()
-		}
+		s.grantDueLocked()
 		s.mu.Unlock()
 		if err != nil {
 			return total, err

@@ -25,13 +25,26 @@ type countingReader struct {
 
 func (c *countingReader) Read(p []byte) (int, error) { c.calls++; return c.r.Read(p) }
 
+// streamPair connects an rsock stream on loopback; both ends are closed,
+// and the stacks drained, when the test ends.
+func streamPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	l, err := (&ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	client, server = pair(t, l, &Dialer{})
+	t.Cleanup(func() {
+		client.Close()
+		server.Close()
+		l.Close()
+		settle(t)
+	})
+	return client, server
+}
+
 // io.Copy through a stream's ReadFrom and WriteTo, with TCP sockets on
 // the far sides as rsock-proxy has them, moves every byte in order.
 func TestCopyThroughTheStream(t *testing.T) {
-	l, err := (&ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	c, s := pair(t, l, &Dialer{})
+	c, s := streamPair(t)
 	require.Equal(t, "vroce", transport(c))
 	_, ok := c.(io.ReaderFrom)
 	require.True(t, ok, "an rsock Conn is an io.ReaderFrom")
@@ -82,22 +95,15 @@ func TestCopyThroughTheStream(t *testing.T) {
 	assert.Equal(t, want, sha256.Sum256(got), "%d bytes of %d arrived", len(got), len(msg))
 	assert.Less(t, src.calls, len(msg)/4096, "ReadFrom read in buffers of the peer's size")
 
-	c.Close()
-	s.Close()
-	l.Close()
-	settle(t)
 }
 
 // A read deadline ends a WriteTo waiting for data, as it ends a Read, and
 // the connection still works after it.
 func TestWriteToDeadline(t *testing.T) {
-	l, err := (&ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	c, s := pair(t, l, &Dialer{})
+	c, s := streamPair(t)
 	var sink bytes.Buffer
 	require.NoError(t, s.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
-	_, err = s.(io.WriterTo).WriteTo(&sink)
+	_, err := s.(io.WriterTo).WriteTo(&sink)
 	var op *net.OpError
 	require.ErrorAs(t, err, &op)
 	assert.Equal(t, "writeto", op.Op)
@@ -110,31 +116,19 @@ func TestWriteToDeadline(t *testing.T) {
 	_, err = s.(io.WriterTo).WriteTo(&sink)
 	require.NoError(t, err)
 	assert.Equal(t, "after the deadline", sink.String())
-
-	c.Close()
-	s.Close()
-	l.Close()
-	settle(t)
 }
 
 // A writer that fails ends WriteTo with its error; the bytes it took are
 // counted.
 func TestWriteToWriterFails(t *testing.T) {
-	l, err := (&ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	c, s := pair(t, l, &Dialer{})
-	_, err = c.Write([]byte("0123456789"))
+	c, s := streamPair(t)
+	_, err := c.Write([]byte("0123456789"))
 	require.NoError(t, err)
 	broken := errors.New("disk full")
 	n, err := s.(io.WriterTo).WriteTo(failAfter{4, broken})
 	assert.ErrorIs(t, err, broken)
 	assert.Equal(t, int64(4), n)
 
-	c.Close()
-	s.Close()
-	l.Close()
-	settle(t)
 }
 
 // failAfter takes n bytes, then fails.

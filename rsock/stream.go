@@ -164,9 +164,7 @@ func (s *stream) Read(p []byte, cancel <-chan struct{}) (int, error) {
 		return 0, err
 	}
 	n := s.readLocked(p)
-	if s.rq.len() > 0 || s.peerFIN || s.err != nil {
-		s.rwake.Notify() // for another reader
-	}
+	s.passOnLocked()
 	return n, nil
 }
 
@@ -216,14 +214,33 @@ func (s *stream) readLocked(p []byte) int {
 		if len(c.data) > 0 {
 			break
 		}
-		c.release(s.st)
+		s.consumedLocked(c)
 		s.rq.pop()
-		s.owed++
 	}
+	s.grantDueLocked()
+	return n
+}
+
+// consumedLocked releases a chunk the application has read, earning its
+// credit back.
+func (s *stream) consumedLocked(c *chunk) {
+	c.release(s.st)
+	s.owed++
+}
+
+// grantDueLocked grants the credits earned once they are half a window.
+func (s *stream) grantDueLocked() {
 	if s.owed >= window/2 {
 		s.grantLocked()
 	}
-	return n
+}
+
+// passOnLocked wakes another reader when a read left something for it:
+// data, the peer's FIN or a failure.
+func (s *stream) passOnLocked() {
+	if s.rq.len() > 0 || s.peerFIN || s.err != nil {
+		s.rwake.Notify()
+	}
 }
 
 // grantLocked gives owed credits back: on data about to leave if there

@@ -17,13 +17,11 @@ import (
 // or (the benchmark of record) two processes in two network namespaces
 // joined by a veth pair, the way two hosts see each other.
 type link struct {
-	name   string // "loopback", "veth1500", "veth9000"
-	mtu    int    // of the veth; 0 on loopback
-	a, b   string // the namespaces: server in a, client in b
-	server string // a's address
-	loss   int    // percent of UDP 4791 each namespace drops on the way out (nftables)
-	port   int    // the next control port
-	pair   *nspair.Pair
+	name string       // "loopback", "veth1500", "veth9000"
+	mtu  int          // of the veth; 0 on loopback
+	loss int          // percent of UDP 4791 each namespace drops on the way out (nftables)
+	port int          // the next control port
+	pair *nspair.Pair // the namespaces: server in A, client in B; nil on loopback
 }
 
 // loopbackLink is the secondary view: one process, loopback.
@@ -36,19 +34,19 @@ func vethLink(mtu int) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &link{name: fmt.Sprintf("veth%d", mtu), mtu: mtu, a: p.A, b: p.B, server: p.AddrA, port: 19000, pair: p}, nil
+	return &link{name: fmt.Sprintf("veth%d", mtu), mtu: mtu, port: 19000, pair: p}, nil
 }
 
 // setLoss has each namespace drop pct percent of the UDP 4791 datagrams
 // it sends, at random (0: none), with nftables.
 func (l *link) setLoss(pct int) error {
-	for _, ns := range []string{l.a, l.b} {
-		_ = exec.Command("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", "vroce_loss").Run()
+	for _, ns := range []string{l.pair.A, l.pair.B} {
+		_ = nspair.Command(ns, "nft", "delete", "table", "inet", "vroce_loss").Run()
 		if pct == 0 {
 			continue
 		}
 		rules := fmt.Sprintf("table inet vroce_loss {\n chain out {\n  type filter hook output priority 0;\n  udp dport 4791 numgen random mod 100 < %d drop\n  udp sport 4791 numgen random mod 100 < %d drop\n }\n}\n", pct, pct)
-		cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+		cmd := nspair.Command(ns, "nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(rules)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("nft in %s: %v: %s", ns, err, out)
@@ -67,21 +65,21 @@ func (l *link) close() {
 // run runs one vroce-perf measurement over the link, with kernel TCP in
 // the same run (--compare tcp), and returns its result lines.
 func (l *link) run(perf string, test string, args []string) ([]point, error) {
-	if l.a == "" {
+	if l.pair == nil {
 		return runTool(exec.Command(perf, append([]string{test, "--loopback", "--compare", "tcp", "--json"}, args...)...))
 	}
 	l.port++
 	port := fmt.Sprint(l.port)
-	server := exec.Command("ip", "netns", "exec", l.a, perf, test, "--port", port, "--json")
+	server := nspair.Command(l.pair.A, perf, test, "--port", port, "--json")
 	server.Stdout, server.Stderr = nil, os.Stderr
 	if err := server.Start(); err != nil {
 		return nil, err
 	}
 	defer server.Wait()
-	client := append([]string{"netns", "exec", l.b, perf, test, "--port", port, "--compare", "tcp", "--json"}, args...)
-	client = append(client, l.server)
+	client := append([]string{test, "--port", port, "--compare", "tcp", "--json"}, args...)
+	client = append(client, l.pair.AddrA)
 	for try := 0; ; try++ {
-		pts, err := runTool(exec.Command("ip", client...))
+		pts, err := runTool(nspair.Command(l.pair.B, perf, client...))
 		if err == nil || try == 50 {
 			if err != nil {
 				server.Process.Kill()

@@ -32,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -110,7 +111,7 @@ var tools = map[string]string{
 
 func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList string, requests int) error {
 	var missing []string
-	for _, tool := range slices.Sorted(mapsKeys(tools)) {
+	for _, tool := range slices.Sorted(maps.Keys(tools)) {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, tools[tool])
 		}
@@ -234,16 +235,6 @@ func counts(name, list string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-func mapsKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func median(v []float64) float64 {

@@ -853,7 +853,7 @@ func TestSilentProbeBacksOff(t *testing.T) {
 	asked := 0
 	buf := make([]byte, 512)
 	for {
-		mute.SetReadDeadline(time.Now().Add(50 * time.Millisecond)) // what was sent is queued already
+		mute.SetReadDeadline(time.Now().Add(50 * time.Millisecond)) // the probe has ended: what it sent is queued
 		if _, err := mute.Read(buf); err != nil {
 			break
 		}
