@@ -53,7 +53,9 @@ type Dialer struct {
 	Mode string
 	// NoFallback makes a dial to a peer that does not speak vRoCE fail
 	// with ErrNotVRoCE instead of carrying on over TCP (as does
-	// RSOCK_FALLBACK=0).
+	// RSOCK_FALLBACK=0). Such a dial waits longer for a silent service
+	// probe (at least 5 s, within its context), since giving up gains it
+	// nothing: a peer that never answers fails that late.
 	NoFallback bool
 	// Provider and ProviderOptions choose the local device's packet I/O,
 	// as vroce.Config's do; DeviceAddr is its address ("" for the one
