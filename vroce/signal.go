@@ -23,6 +23,8 @@ type Signal struct {
 	// (briefly two, as one gives it up and another takes it): a Notify
 	// from outside the holder's batch must cut its receive short.
 	receiving atomic.Int32
+	// sleeping counts waiters blocked on the notice (and the offer).
+	sleeping atomic.Int32
 	// cancel is the channel of the last waiter to hold the turn (written
 	// and read only by the holder, ordered by the turn's lock), and ready
 	// the turn's done func, made once.
@@ -46,8 +48,15 @@ func (s *Signal) Notify() {
 	}
 	d := s.dev
 	d.wakeHolder(&s.receiving)
-	d.handedOff.Store(true)
-	d.turn.woke.Store(true)
+	if s.sleeping.Load() > 0 {
+		// Someone this wakes could take the turn, or run before the
+		// receive goroutine goes on: as CQ.wakeLocked, only then.
+		// Data is notified whether or not its reader waits yet, and a
+		// turn given up to nobody leaves the device unread until the
+		// lease runs out.
+		d.handedOff.Store(true)
+		d.turn.woke.Store(true)
+	}
 }
 
 // Wait blocks until the Signal is notified, taking the notice, or until
@@ -76,24 +85,30 @@ func (s *Signal) Wait(cancel <-chan struct{}) {
 			continue
 		}
 		if !turn {
+			s.sleeping.Add(1)
 			select {
 			case <-s.notice:
 			case <-cancel:
 			}
+			s.sleeping.Add(-1)
 			return
 		}
 		offer := d.park()
+		s.sleeping.Add(1)
 		select {
 		case <-s.notice:
 		case <-cancel:
 		case <-offer: // the receive turn is free: take it, if it still is
+			s.sleeping.Add(-1)
 			d.unpark()
 			continue
 		case <-d.done:
+			s.sleeping.Add(-1)
 			d.unpark()
 			turn = false
 			continue
 		}
+		s.sleeping.Add(-1)
 		d.unpark()
 		return
 	}

@@ -190,3 +190,17 @@ func TestCQWithHandlerWaiterDoesNotReceive(t *testing.T) {
 	cancel()
 	assert.ErrorIs(t, <-waited, context.Canceled)
 }
+
+// Data notified to a Signal nobody waits on yet does not make the receive
+// goroutine give up the turn: nobody would take it, and the device would
+// go unread until the lease ran out.
+func TestNotifyWithoutAWaiterKeepsTheTurn(t *testing.T) {
+	a, b := turnQPs(t)
+	sa := withSignal(t, a) // nobody waits on its Signal
+	for i := range 20 {
+		sendTo(t, b, sa, i)
+		assert.False(t, eventually(2*time.Millisecond, func() bool { return a.dev.turnHolder() == turnFree }),
+			"send %d: the receive goroutine gave the turn up to nobody", i)
+	}
+	assert.Equal(t, int64(20), sa.recvs.Load())
+}
