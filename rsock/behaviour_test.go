@@ -484,5 +484,5 @@ func unread(c net.Conn) int {
 	s := c.(*Conn).s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.rq.len()
+	return s.rq.Len()
 }

@@ -45,8 +45,8 @@ func (s *stream) CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error) {
 		// Taken out of the queue, the chunks are this call's: other
 		// readers read what follows, as they would after a Read.
 		n := 0
-		for n < len(taken) && s.rq.len() > 0 {
-			taken[n] = s.rq.pop()
+		for n < len(taken) && s.rq.Len() > 0 {
+			taken[n] = s.rq.Pop()
 			n++
 		}
 		s.passOnLocked()

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"vroce.dev/internal/fifo"
 	"vroce.dev/netconn"
 	"vroce.dev/vroce"
 	"vroce.dev/vroce/cm"
@@ -97,7 +98,7 @@ type stream struct {
 
 	mu sync.Mutex
 	// Receiving.
-	rq   fifo[chunk]
+	rq   fifo.Queue[chunk]
 	owed int // credits earned by reading, not yet granted back
 	// allowed is what the peer may still send: our window and every
 	// grant posted, less the data messages received. The receive side
@@ -107,7 +108,7 @@ type stream struct {
 	// Sending.
 	credits  int     // data messages the peer will take
 	pending  *buffer // bytes written and not yet sent
-	inflight fifo[sent]
+	inflight fifo.Queue[sent]
 	wShut    bool // no more writes: FIN follows the data
 	finSent  bool
 	finDone  bool // the FIN's send completed
@@ -176,7 +177,7 @@ func (s *stream) awaitDataLocked(cancel <-chan struct{}) error {
 		switch {
 		case s.closed:
 			return net.ErrClosed
-		case s.rq.len() > 0:
+		case s.rq.Len() > 0:
 			return nil
 		case s.err != nil:
 			s.rwake.Notify()
@@ -206,8 +207,8 @@ func (s *stream) InterruptRead() { s.rwake.Notify() }
 // granting its credits back.
 func (s *stream) readLocked(p []byte) int {
 	n := 0
-	for n < len(p) && s.rq.len() > 0 {
-		c := s.rq.front()
+	for n < len(p) && s.rq.Len() > 0 {
+		c := s.rq.Front()
 		k := copy(p[n:], c.data)
 		n += k
 		c.data = c.data[k:]
@@ -215,7 +216,7 @@ func (s *stream) readLocked(p []byte) int {
 			break
 		}
 		s.consumedLocked(c)
-		s.rq.pop()
+		s.rq.Pop()
 	}
 	s.grantDueLocked()
 	return n
@@ -238,7 +239,7 @@ func (s *stream) grantDueLocked() {
 // passOnLocked wakes another reader when a read left something for it:
 // data, the peer's FIN or a failure.
 func (s *stream) passOnLocked() {
-	if s.rq.len() > 0 || s.peerFIN || s.err != nil {
+	if s.rq.Len() > 0 || s.peerFIN || s.err != nil {
 		s.rwake.Notify()
 	}
 }
@@ -348,7 +349,7 @@ func (s *stream) flushLocked() {
 	s.allowed += s.owed
 	s.owed = 0
 	s.txCount++
-	s.inflight.push(sent{buf: b, kind: kindData})
+	s.inflight.Push(sent{buf: b, kind: kindData})
 }
 
 // controlLocked sends a control message, granting what is owed.
@@ -363,7 +364,7 @@ func (s *stream) controlLocked(kind int) bool {
 	s.allowed += s.owed
 	s.owed = 0
 	s.txCount++
-	s.inflight.push(sent{kind: kind})
+	s.inflight.Push(sent{kind: kind})
 	return true
 }
 
@@ -386,7 +387,7 @@ func (s *stream) advanceLocked() bool {
 	switch {
 	case !s.closed:
 		return false
-	case s.err != nil && (!s.rstSent || s.inflight.len() == 0):
+	case s.err != nil && (!s.rstSent || s.inflight.Len() == 0):
 		return true
 	case s.finDone && s.peerFIN:
 		// Both ends are done; whatever is still in flight after our FIN
@@ -437,12 +438,12 @@ func (s *stream) Close() error {
 		return nil
 	}
 	s.closed = true
-	unread := s.rq.len() > 0
-	rq := s.rq.all()
+	unread := s.rq.Len() > 0
+	rq := s.rq.All()
 	for i := range rq {
 		rq[i].release(s.st)
 	}
-	s.rq.reset()
+	s.rq.Reset()
 	s.rwake.Notify()
 	kick(s.wwake)
 	wait := lingerTimeout
@@ -549,9 +550,9 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 		case int(wc.ByteLen) <= smallCopy:
 			small := smallBufs.Get().(*[]byte)
 			n := copy(*small, b.data[:wc.ByteLen])
-			s.rq.push(chunk{data: (*small)[:n], small: small})
+			s.rq.Push(chunk{data: (*small)[:n], small: small})
 		default:
-			s.rq.push(chunk{data: b.data[:wc.ByteLen], buf: b})
+			s.rq.Push(chunk{data: b.data[:wc.ByteLen], buf: b})
 			keep = true
 		}
 		s.rwake.Notify()
@@ -574,11 +575,11 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 // onSendDone takes a send completion (the poller's goroutine).
 func (s *stream) onSendDone(status vroce.WCStatus) {
 	s.mu.Lock()
-	if s.inflight.len() == 0 || s.gone {
+	if s.inflight.Len() == 0 || s.gone {
 		s.mu.Unlock()
 		return
 	}
-	m := s.inflight.pop()
+	m := s.inflight.Pop()
 	if m.buf != nil {
 		s.st.putBuf(m.buf)
 	}
@@ -665,17 +666,17 @@ func (s *stream) teardown(onPoller bool) {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	rq := s.rq.all()
+	rq := s.rq.All()
 	for i := range rq {
 		rq[i].release(s.st)
 	}
-	s.rq.reset()
-	for _, m := range s.inflight.all() {
+	s.rq.Reset()
+	for _, m := range s.inflight.All() {
 		if m.buf != nil {
 			s.st.putBuf(m.buf)
 		}
 	}
-	s.inflight.reset()
+	s.inflight.Reset()
 	if s.pending != nil {
 		s.st.putBuf(s.pending)
 		s.pending = nil
