@@ -76,11 +76,17 @@ type Config struct {
 	// MTU is the largest datagram the network carries; 0 means 4,200,
 	// enough for a 4,096-byte path MTU.
 	MTU int
+	// RecvQueue is the packets an endpoint holds unread before it drops
+	// arrivals, as a socket's receive buffer does; 0 means 8,192.
+	RecvQueue int
 }
 
 // Stats count what the network did to packets.
 type Stats struct {
 	Sent, Delivered, Lost, Duplicated, Corrupted, Reordered, QueueDrops, Partitioned, Oversize uint64
+	// RecvQueueDrops are arrivals an endpoint's full receive queue
+	// dropped (Config.RecvQueue).
+	RecvQueueDrops uint64
 }
 
 // Network is a simulated network. It is safe for concurrent use.
@@ -122,6 +128,9 @@ func (n *Network) SetConfig(cfg Config) {
 	}
 	if cfg.QueueBytes == 0 {
 		cfg.QueueBytes = 1 << 20
+	}
+	if cfg.RecvQueue == 0 {
+		cfg.RecvQueue = defaultRecvQueue
 	}
 	n.mu.Lock()
 	n.cfg = cfg
@@ -310,7 +319,6 @@ func (n *Network) send(src *Endpoint, pkt vroce.Packet) error {
 		}
 		if delay <= 0 {
 			dst.enqueue(data, src.addr)
-			n.stats.Delivered++
 			continue
 		}
 		n.seq++
@@ -338,7 +346,6 @@ func (n *Network) deliverLoop() {
 		for len(n.pending) > 0 && !n.pending[0].at.After(now) {
 			d := heap.Pop(&n.pending).(delivery)
 			d.to.enqueue(d.data, d.from)
-			n.stats.Delivered++
 		}
 		if len(n.pending) == 0 || n.closed {
 			n.running = false
@@ -370,7 +377,14 @@ type Endpoint struct {
 	interrupted atomic.Bool
 }
 
-var _ vroce.RecvInterrupter = (*Endpoint)(nil)
+var (
+	_ vroce.RecvInterrupter = (*Endpoint)(nil)
+	_ vroce.DropCounter     = (*Endpoint)(nil)
+)
+
+// Dropped implements vroce.DropCounter: arrivals the endpoint's full (or
+// closed) receive queue dropped.
+func (ep *Endpoint) Dropped() uint64 { return ep.dropped.Load() }
 
 // InterruptRecv implements vroce.RecvInterrupter.
 func (ep *Endpoint) InterruptRecv() {
@@ -386,18 +400,24 @@ type queued struct {
 	from netip.AddrPort
 }
 
-// receiveQueueLimit is an endpoint's receive buffer, in packets, like a
-// socket's: beyond it arrivals are dropped.
-const receiveQueueLimit = 8192
+// defaultRecvQueue is an endpoint's receive buffer, in packets, unless
+// Config.RecvQueue says otherwise.
+const defaultRecvQueue = 8192
 
+// enqueue queues data for the endpoint, under n.mu (whose stats it
+// counts in), or drops it when the endpoint's queue is full.
 func (ep *Endpoint) enqueue(data *[]byte, from netip.AddrPort) {
 	ep.mu.Lock()
-	if ep.closed.Load() || len(ep.queue) >= receiveQueueLimit {
+	if ep.closed.Load() || len(ep.queue) >= ep.net.cfg.RecvQueue {
 		ep.mu.Unlock()
+		if !ep.closed.Load() {
+			ep.net.stats.RecvQueueDrops++
+		}
 		ep.dropped.Add(1)
 		putBuf(data)
 		return
 	}
+	ep.net.stats.Delivered++
 	ep.queue = append(ep.queue, queued{data, from})
 	ep.mu.Unlock()
 	select {
