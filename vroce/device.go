@@ -59,8 +59,9 @@ type Device struct {
 	// peer learns of (or guesses) opens nothing.
 	mrByLKey, mrByRKey *table[MR]
 
-	atomicMu sync.Mutex // remote atomics execute one at a time per device
-	held     heldPool   // out-of-order requests kept for selective repeat
+	atomicMu sync.Mutex  // remote atomics execute one at a time per device
+	held     heldPool    // out-of-order requests kept for selective repeat
+	peers    peerBudgets // what RC QPs keep in flight to each peer, together
 	timers   timerQueue
 	gsi      atomic.Pointer[GSI] // QP1's owner, if any
 	events   eventQueue

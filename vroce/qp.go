@@ -489,6 +489,7 @@ func (qp *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 // reset returns the QP to RESET: queues emptied without completions.
 func (qp *QP) reset() {
 	qp.rq = recvRing{max: qp.cap.MaxRecvWR}
+	qp.req.leavePeer(qp)
 	qp.req.init(qp.cap.MaxSendWR)
 	qp.resp.reset(qp, 0, false)
 	qp.attr = QPAttr{}

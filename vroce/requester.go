@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 	"time"
 
 	"vroce.dev/vroce/wire"
@@ -155,16 +156,30 @@ type requester struct {
 	suspected        bool
 
 	drainReported bool
+
+	// peer is the budget this QP's packets in flight draw on, shared with
+	// the device's other RC QPs to the same address (joined at RTS, left
+	// at reset); peerCharge is what they draw now. Both under qp.mu.
+	// peerTicket is the QP's place in peer's queue (0: not queued),
+	// written under peer.mu or set to 0 by the QP (peerBudget).
+	peer       *peerBudget
+	peerCharge int64
+	peerTicket atomic.Uint64
+	resent     int // sum of resends over [sndUna, sndMax)
 }
 
 // pktState is what the requester knows of one PSN in flight.
 type pktState struct {
 	sentAt int64
 	retx   bool // sent more than once: gives no RTT sample (Karn)
-	held   bool // SACKed: the responder holds it, do not resend
-	done   bool // delivered: acknowledged, or its READ response or atomic ACK arrived
-	lost   bool // queued to be sent again
-	read   bool // a READ or atomic PSN: delivered only by its response
+	// resends counts the times it was sent again, each a copy the peer
+	// may still hold unread (a timeout's resends, most of all, are often
+	// of packets that were only slow): peerCharge counts them.
+	resends uint8
+	held    bool // SACKed: the responder holds it, do not resend
+	done    bool // delivered: acknowledged, or its READ response or atomic ACK arrived
+	lost    bool // queued to be sent again
+	read    bool // a READ or atomic PSN: delivered only by its response
 	// A READ or atomic PSN awaited by the request whose last PSN is
 	// lastOff PSNs on; that last PSN's left counts the PSNs its request
 	// still awaits (rdRequests counts requests with left > 0). Kept at
@@ -179,12 +194,53 @@ func (r *requester) init(max int) {
 	r.cc.init()
 }
 
+// leavePeer gives back the QP's charge and its place in the peer budget,
+// before a reset forgets them.
+func (r *requester) leavePeer(qp *QP) {
+	if r.peer == nil {
+		return
+	}
+	r.peer.charge(-r.peerCharge, qp.dev, qp.dev.now())
+	qp.dev.peers.leave(r.peer, qp)
+	r.peer, r.peerCharge = nil, 0
+}
+
+// settlePeer brings the QP's charge on its peer budget to what it has in
+// flight, giving back what ACKs retired.
+func (r *requester) settlePeer(qp *QP, now int64) {
+	if r.peer == nil {
+		return
+	}
+	want := int64(int(psnDiff(r.sndMax, r.sndUna))+r.resent) * peerCost(qp.mtu)
+	if delta := want - r.peerCharge; delta != 0 {
+		r.peerCharge = want
+		r.peer.charge(delta, qp.dev, now)
+	}
+}
+
+// peerAdmits reports whether the peer budget lets one more new packet go;
+// if not, the QP is queued to be woken when it does.
+func (r *requester) peerAdmits(qp *QP, now int64) bool {
+	if r.peer == nil {
+		return true
+	}
+	r.settlePeer(qp, now)
+	if r.peer.admit(qp, peerCost(qp.mtu), peerLimit(qp.mtu)) {
+		return true
+	}
+	qp.stats.PeerBudgetStops++
+	return false
+}
+
 func (r *requester) start(qp *QP) {
 	a := &qp.attr
 	r.nextPSN, r.sndNxt, r.sndUna, r.sndMax = a.SQPSN, a.SQPSN, a.SQPSN, a.SQPSN
 	r.highHeld = psnAdd(a.SQPSN, -1)
 	r.rnrLeft = int(a.RNRRetry)
 	r.progressAt = qp.dev.now()
+	if r.peer == nil {
+		r.peer = qp.dev.peers.join(qp.flow.Dst)
+	}
 }
 
 func (r *requester) slot(i uint64) *sendWQE { return &r.sq[i&uint64(len(r.sq)-1)] }
@@ -358,7 +414,9 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 			r.lostCount--
 			continue
 		}
-		if !r.paced(now) || r.rdLimited(qp, w) {
+		// The oldest PSN may always go again: each QP can make progress
+		// whatever the others hold of the budget.
+		if !r.paced(now) || r.rdLimited(qp, w) || (psn != r.sndUna && !r.peerAdmits(qp, now)) {
 			break
 		}
 		r.emit(qp, w, psn, b, now)
@@ -391,7 +449,7 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 				r.rdInFlight++
 			}
 		}
-		if int(psnDiff(r.nextPSN, r.sndUna)) >= r.window() || r.rdLimited(qp, w) || !r.paced(now) {
+		if int(psnDiff(r.nextPSN, r.sndUna)) >= r.window() || r.rdLimited(qp, w) || !r.peerAdmits(qp, now) || !r.paced(now) {
 			break
 		}
 		r.nextPSN = r.emit(qp, w, r.nextPSN, b, now)
@@ -402,6 +460,7 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 			}
 		}
 	}
+	r.settlePeer(qp, now)
 	r.armTimers(qp, now)
 }
 
@@ -686,6 +745,10 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 			r.lostCount--
 		}
 		st.sentAt, st.retx = now, st.retx || resent
+		if resent && st.resends < 255 {
+			st.resends++
+			r.resent++
+		}
 		if resent && i == 0 {
 			qp.stats.Retransmits++
 		}
@@ -1032,12 +1095,14 @@ func (r *requester) sampleRTT(d int64) {
 func (r *requester) advance(qp *QP, now int64) {
 	moved := 0
 	for r.sndUna != r.sndMax && r.pkt(r.sndUna).done {
+		r.resent -= int(r.pkt(r.sndUna).resends)
 		r.sndUna = psnAdd(r.sndUna, 1)
 		moved++
 	}
 	if moved == 0 {
 		return
 	}
+	r.settlePeer(qp, now)
 	r.cc.onAck(moved, r.rtt.latest, r.rtt.minRTT, r.rtt.srtt, now)
 	r.progressAt = now
 	if r.freshSample {
@@ -1119,8 +1184,9 @@ func (r *requester) flush(qp *QP) {
 	}
 	r.next = r.head
 	r.rdInFlight, r.rdRequests, r.lostCount = 0, 0, 0
-	r.sndUna, r.sndMax = r.sndNxt, r.sndNxt
+	r.sndUna, r.sndMax, r.resent = r.sndNxt, r.sndNxt, 0
 	r.rtoAt, r.probeAt, r.rnrAt, r.paceAt, r.rnrWait = 0, 0, 0, 0, false
+	r.settlePeer(qp, qp.dev.now())
 }
 
 // onTimer runs the requester's deadlines: the end of an RNR wait or of a

@@ -89,6 +89,7 @@ func (s *QPStats) add(q QPStats) {
 	s.HeldDrops += q.HeldDrops
 	s.HeldBytes += q.HeldBytes
 	s.DupReadLimited += q.DupReadLimited
+	s.PeerBudgetStops += q.PeerBudgetStops
 	s.CWnd = max(s.CWnd, q.CWnd)
 	s.SRTT = max(s.SRTT, q.SRTT)
 	if s.MinRTT == 0 || (q.MinRTT != 0 && q.MinRTT < s.MinRTT) {
@@ -123,6 +124,10 @@ type QPStats struct {
 	HeldDrops        uint64 // out-of-order requests not kept: the QP's or the device's held bytes at their limit
 	HeldBytes        int    // what the QP's out-of-order requests hold now
 	DupReadLimited   uint64 // READ response packets a duplicate READ did not draw: past dupReadMax or the QP's budget
+	// PeerBudgetStops counts the times the QP stopped sending because
+	// the device's QPs to its peer together had as much in flight as
+	// the peer's receive buffer is assumed to hold.
+	PeerBudgetStops uint64
 
 	CWnd   int           // congestion window, packets
 	SRTT   time.Duration // smoothed RTT

@@ -1,0 +1,124 @@
+package vroce_test
+
+import (
+	"testing"
+	"time"
+
+	"vroce.dev/internal/verbstest"
+	"vroce.dev/providers/sim"
+	"vroce.dev/vroce"
+)
+
+// TestManyQPsToOnePeerStayWithinItsReceiveBuffer: QPs to one peer land in
+// one receive queue, which their windows, each sized for the path, would
+// overrun together. 64 QPs each WRITE 256 KiB at once (512 packets of
+// 32 KiB, each within its QP's initial window) to a peer that holds 192
+// packets unread, over a path whose delay makes them arrive in one burst:
+// nothing is dropped at the receiver, and every byte lands. (The budget
+// holds 124 such packets, resends included; each QP may resend its
+// oldest packet beyond it, to make progress: 188 at most when every QP's
+// timer fires, as it does under the race detector.)
+func TestManyQPsToOnePeerStayWithinItsReceiveBuffer(t *testing.T) {
+	const pairs, size, mtu = 64, 256 << 10, 32 << 10
+	network := sim.NewNetwork(sim.Config{Delay: 2 * time.Millisecond, RecvQueue: 192, MTU: mtu + 200})
+	t.Cleanup(network.Close)
+	o := verbstest.DefaultOpts()
+	o.MTU, o.BufSize = vroce.MTU(mtu), size
+	da := verbstest.OpenDevice(t, vroce.Config{Provider: "sim", Addr: "127.0.0.1:4791", ProviderOptions: network})
+	db := verbstest.OpenDevice(t, vroce.Config{Provider: "sim", Addr: "127.0.0.2:4791", ProviderOptions: network})
+	var as, bs []*verbstest.Node
+	for i := range pairs {
+		a, b := verbstest.Pair(t, da, db, o)
+		verbstest.Fill(a.Buf, byte(i))
+		as, bs = append(as, a), append(bs, b)
+	}
+	for i, a := range as {
+		err := a.QP.PostSend(vroce.SendWR{ID: uint64(i), Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled,
+			SGL: []vroce.SGE{a.MR.SGE(0, size)}, RemoteAddr: bs[i].MR.Addr(), RKey: bs[i].MR.RKey()})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, a := range as {
+		verbstest.MustSucceed(t, verbstest.WaitCompletions(t, a.CQ, 1, 30*time.Second))
+		verbstest.Sync(bs[i])
+		if string(a.Buf) != string(bs[i].Buf) {
+			t.Fatalf("QP %d: the WRITE's data differs at the peer", i)
+		}
+	}
+	st := network.Stats()
+	if st.RecvQueueDrops != 0 || db.Stats().RxProviderDrops != 0 {
+		t.Fatalf("the receiver dropped %d packets of %d (%d retransmitted): its QPs' windows overran it together",
+			st.RecvQueueDrops, st.Sent, da.Stats().QPs.Retransmits)
+	}
+	if st.Delivered < pairs*size/mtu {
+		t.Fatalf("%d packets delivered, want at least %d", st.Delivered, pairs*size/mtu)
+	}
+}
+
+// TestAQPJoiningBusyOnesGetsItsTurn: a QP that starts while others keep
+// the peer's budget spent is queued for it and served in turn, not left
+// the budget's leftovers: with 16 QPs streaming to one peer, whose
+// initial windows alone outgrow the budget, a 17th one's WRITE completes
+// while they are still busy.
+func TestAQPJoiningBusyOnesGetsItsTurn(t *testing.T) {
+	const busy, writes, size = 16, 16, 1 << 20
+	network := sim.NewNetwork(sim.Config{Delay: time.Millisecond})
+	t.Cleanup(network.Close)
+	o := verbstest.DefaultOpts()
+	o.MTU, o.BufSize = vroce.MTU4096, size
+	da := verbstest.OpenDevice(t, vroce.Config{Provider: "sim", Addr: "127.0.0.1:4791", ProviderOptions: network})
+	db := verbstest.OpenDevice(t, vroce.Config{Provider: "sim", Addr: "127.0.0.2:4791", ProviderOptions: network})
+	var as, bs []*verbstest.Node
+	for range busy + 1 {
+		a, b := verbstest.Pair(t, da, db, o)
+		as, bs = append(as, a), append(bs, b)
+	}
+	write := func(i, n int) {
+		for k := range n {
+			err := as[i].QP.PostSend(vroce.SendWR{ID: uint64(k), Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled,
+				SGL: []vroce.SGE{as[i].MR.SGE(0, size)}, RemoteAddr: bs[i].MR.Addr(), RKey: bs[i].MR.RKey()})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range busy {
+		write(i, writes)
+	}
+	// Once the busy QPs have been stopped by the budget, the ninth
+	// starts.
+	verbstest.WaitFor(t, "the busy QPs to spend the peer's budget", func() bool {
+		return da.Stats().QPs.PeerBudgetStops > 0
+	})
+	late := as[busy]
+	fill := byte(0x5a)
+	verbstest.Fill(late.Buf, fill)
+	write(busy, 1)
+	verbstest.MustSucceed(t, verbstest.WaitCompletions(t, late.CQ, 1, 30*time.Second))
+	unfinished := 0
+	for i := range busy {
+		unfinished += writes - len(pollAll(as[i].CQ))
+	}
+	if unfinished == 0 {
+		t.Fatalf("the late QP's one WRITE finished after all %d of the busy QPs' (%+v)", busy*writes, late.QP.Stats())
+	}
+	verbstest.Sync(bs[busy])
+	if string(late.Buf) != string(bs[busy].Buf) {
+		t.Fatal("the late WRITE's data differs at the peer")
+	}
+	t.Logf("%d of %d busy WRITEs still unfinished; stops: %d", unfinished, busy*writes, da.Stats().QPs.PeerBudgetStops)
+}
+
+// pollAll takes every completion cq holds now.
+func pollAll(cq *vroce.CQ) []vroce.WorkCompletion {
+	var all []vroce.WorkCompletion
+	wcs := make([]vroce.WorkCompletion, 64)
+	for {
+		n, err := cq.Poll(wcs)
+		if err != nil || n == 0 {
+			return all
+		}
+		all = append(all, wcs[:n]...)
+	}
+}
