@@ -106,6 +106,9 @@ func (p *peerBudgets) leave(b *peerBudget, qp *QP) {
 	}
 }
 
+// fits reports whether n more bytes fit within limit now.
+func (b *peerBudget) fits(n, limit int64) bool { return b.charged.Load()+n <= limit }
+
 // admit reports whether a packet costing cost may leave now, within
 // limit. If not, qp is queued to be woken when the budget has room.
 func (b *peerBudget) admit(qp *QP, cost, limit int64) bool {

@@ -168,13 +168,16 @@ type requester struct {
 	resent     int // sum of resends over [sndUna, sndMax)
 }
 
+// resent reports whether the PSN was sent more than once.
+func (st *pktState) resent() bool { return st.resends > 0 }
+
 // pktState is what the requester knows of one PSN in flight.
 type pktState struct {
 	sentAt int64
-	retx   bool // sent more than once: gives no RTT sample (Karn)
-	// resends counts the times it was sent again, each a copy the peer
-	// may still hold unread (a timeout's resends, most of all, are often
-	// of packets that were only slow): peerCharge counts them.
+	// resends counts the times it was sent again: a resent PSN gives no
+	// RTT sample (Karn), and each resend is a copy the peer may still
+	// hold unread (a timeout's resends, most of all, are often of
+	// packets that were only slow), which peerCharge counts.
 	resends uint8
 	held    bool // SACKed: the responder holds it, do not resend
 	done    bool // delivered: acknowledged, or its READ response or atomic ACK arrived
@@ -224,8 +227,15 @@ func (r *requester) peerAdmits(qp *QP, now int64) bool {
 	if r.peer == nil {
 		return true
 	}
+	// What this pump has sent so far is charged when it ends (one
+	// atomic add a pump, not one a packet): count it with the packet.
+	cost, limit := peerCost(qp.mtu), peerLimit(qp.mtu)
+	unsettled := int64(int(psnDiff(r.sndMax, r.sndUna))+r.resent)*cost - r.peerCharge
+	if r.peer.fits(unsettled+cost, limit) {
+		return true
+	}
 	r.settlePeer(qp, now)
-	if r.peer.admit(qp, peerCost(qp.mtu), peerLimit(qp.mtu)) {
+	if r.peer.admit(qp, cost, limit) {
 		return true
 	}
 	qp.stats.PeerBudgetStops++
@@ -744,7 +754,7 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 			st.lost = false
 			r.lostCount--
 		}
-		st.sentAt, st.retx = now, st.retx || resent
+		st.sentAt = now
 		if resent && st.resends < 255 {
 			st.resends++
 			r.resent++
@@ -904,10 +914,10 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 			}
 			continue
 		}
-		if !st.retx && !st.held { // a held PSN gave its sample when SACKed
+		if !st.resent() && !st.held { // a held PSN gave its sample when SACKed
 			sample = max(sample, st.sentAt)
 		}
-		if st.retx && r.undo != 0 && now-st.sentAt < r.rtt.minRTT/2 {
+		if st.resent() && r.undo != 0 && now-st.sentAt < r.rtt.minRTT/2 {
 			// Acknowledged sooner than its resend could be: the original
 			// arrived and the timeout was spurious (Eifel). Undo it.
 			qp.stats.SpuriousTimeouts++
@@ -960,7 +970,7 @@ func (r *requester) onSACK(s *wire.SACK, now int64) {
 				st.lost = false
 				r.lostCount--
 			}
-			if !st.retx {
+			if !st.resent() {
 				r.sampleRTT(now - st.sentAt)
 			}
 			r.noteReceived(p, st.sentAt)
@@ -1078,7 +1088,7 @@ func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64) {
 	}
 	w.scatter(p.Payload, off)
 	st := r.pkt(psn)
-	if !st.retx {
+	if !st.resent() {
 		r.sampleRTT(now - st.sentAt)
 	}
 	r.delivered(psn, now)
