@@ -542,3 +542,11 @@ func TestFallsBackToGenericMode(t *testing.T) {
 		t.Fatal("ip does not show a generic-mode program")
 	}
 }
+
+// The AF_XDP provider keeps the contract every provider does.
+func TestProviderConformance(t *testing.T) {
+	providertest.Run(t, func(t *testing.T) (vroce.Provider, vroce.Provider) {
+		a, b := providerPair(t)
+		return a, b
+	})
+}
