@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"vroce.dev/vroce"
 	"vroce.dev/vroce/cm"
 )
 
@@ -149,16 +150,6 @@ func modeOf(m string) (string, error) {
 	return "", fmt.Errorf("rsock: mode %q: want %q or %q", m, ModeSocket, ModeCM)
 }
 
-func providerOf(p string) string {
-	if p == "" {
-		p = os.Getenv("VROCE_PROVIDER")
-	}
-	if p == "" {
-		p = "udp"
-	}
-	return p
-}
-
 func (d *Dialer) keepAlive() time.Duration {
 	if d.KeepAlive == 0 {
 		return DefaultKeepAlive
@@ -213,20 +204,13 @@ var clients struct {
 
 // clientStack returns the stack to dial raddr from, with a reference.
 func (d *Dialer) clientStack(raddr netip.AddrPort) (*stack, error) {
-	cfg := stackConfig{provider: providerOf(d.Provider), options: d.ProviderOptions, addr: d.DeviceAddr}
-	if cfg.addr == "" && cfg.provider == "udp" {
-		// A device on the address the route leaves from: its ICRC checks
-		// are exact and its MTU is that interface's.
-		c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(raddr))
+	cfg := stackConfig{provider: vroce.ProviderName(d.Provider), options: d.ProviderOptions, addr: d.DeviceAddr}
+	if cfg.addr == "" {
+		addr, err := vroce.DeviceAddrFor(cfg.provider, raddr)
 		if err != nil {
 			return nil, err
 		}
-		la := c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
-		c.Close()
-		cfg.addr = net.JoinHostPort(la.String(), "0")
-	}
-	if cfg.addr == "" && cfg.provider == "afxdp" {
-		cfg.addr = ":0" // its interface's address, any free port
+		cfg.addr = addr
 	}
 	if cfg.options != nil && !reflect.TypeOf(cfg.options).Comparable() {
 		// Options that cannot key the table: a stack of the dial's own.
@@ -262,12 +246,12 @@ func (d *Dialer) clientStack(raddr netip.AddrPort) (*stack, error) {
 }
 
 // probe asks whether a vRoCE service listens at raddr: from a socket of
-// its own on UDP (a closed port answers at once), else through the
-// stack's device.
+// its own where the provider allows it (a closed port answers at once),
+// else through the stack's device.
 func probe(ctx context.Context, st *stack, provider string, raddr netip.AddrPort) cm.ProbeResult {
 	var r cm.ProbeResult
 	var err error
-	if provider == "udp" {
+	if vroce.TraitsOf(provider).ProbesFromASocket {
 		r, err = cm.Probe(ctx, raddr, 0)
 	} else {
 		r, err = st.cm.Probe(ctx, raddr, 0)
@@ -288,7 +272,7 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 	defer st.unref(false) // the stream takes its own reference
 	pctx, stopProbe := context.WithCancel(ctx)
 	probed := make(chan cm.ProbeResult, 1)
-	go func() { probed <- probe(pctx, st, providerOf(d.Provider), raddr) }()
+	go func() { probed <- probe(pctx, st, vroce.ProviderName(d.Provider), raddr) }()
 	result := func() cm.ProbeResult { stopProbe(); return <-probed }
 
 	start := time.Now()
@@ -389,7 +373,7 @@ func (d *Dialer) dialCM(ctx context.Context, network string, raddr netip.AddrPor
 	}
 	defer st.unref(false)
 	pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	r := probe(pctx, st, providerOf(d.Provider), raddr)
+	r := probe(pctx, st, vroce.ProviderName(d.Provider), raddr)
 	cancel()
 	if r == cm.ProbeNoDevice || r == cm.ProbeNotListening {
 		return nil, syscall.ECONNREFUSED

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"vroce.dev/vroce"
 	"vroce.dev/vroce/cm"
 )
 
@@ -125,7 +126,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 }
 
 func (lc *ListenConfig) stackConfig(host, port string, backlog int) stackConfig {
-	c := stackConfig{provider: providerOf(lc.Provider), options: lc.ProviderOptions, addr: net.JoinHostPort(host, port), backlog: backlog}
+	c := stackConfig{provider: vroce.ProviderName(lc.Provider), options: lc.ProviderOptions, addr: net.JoinHostPort(host, port), backlog: backlog}
 	if lc.DeviceAddr != "" {
 		c.addr = lc.DeviceAddr
 		if h, p, err := net.SplitHostPort(lc.DeviceAddr); err == nil && p == "0" {

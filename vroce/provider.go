@@ -157,23 +157,44 @@ func OptionsAs[T any](provider string, options any) (T, error) {
 // OpenProviderFunc creates a provider from its configuration.
 type OpenProviderFunc func(ProviderConfig) (Provider, error)
 
+// ProviderTraits are what a provider says of itself before any device of
+// its is open: what a layer above the seam (rsock, cm) would otherwise
+// have to know by the provider's name.
+type ProviderTraits struct {
+	// DeviceAddr is the address ("host:port") to open a device on that
+	// will reach peer, when the caller names none. Nil leaves
+	// ProviderConfig.Addr empty: the provider's own default.
+	DeviceAddr func(peer netip.AddrPort) (string, error)
+	// ProbesFromASocket says a vRoCE service is reached at its UDP
+	// address, so it can be probed from a plain UDP socket before any
+	// device exists (a closed port then answers at once).
+	ProbesFromASocket bool
+}
+
 var registry struct {
 	sync.Mutex
-	m map[string]OpenProviderFunc
+	m      map[string]OpenProviderFunc
+	traits map[string]ProviderTraits
 }
 
 // RegisterProvider makes a provider available to Open by name. Providers
 // call it from init, so a program links only the providers it imports.
 func RegisterProvider(name string, open OpenProviderFunc) {
+	RegisterProviderWithTraits(name, open, ProviderTraits{})
+}
+
+// RegisterProviderWithTraits is RegisterProvider for a provider that says
+// what it is (ProviderTraits).
+func RegisterProviderWithTraits(name string, open OpenProviderFunc, traits ProviderTraits) {
 	registry.Lock()
 	defer registry.Unlock()
 	if registry.m == nil {
-		registry.m = map[string]OpenProviderFunc{}
+		registry.m, registry.traits = map[string]OpenProviderFunc{}, map[string]ProviderTraits{}
 	}
 	if _, dup := registry.m[name]; dup {
 		panic("vroce: provider " + name + " registered twice")
 	}
-	registry.m[name] = open
+	registry.m[name], registry.traits[name] = open, traits
 }
 
 // Providers lists the registered provider names.
@@ -188,13 +209,42 @@ func Providers() []string {
 	return names
 }
 
-func openProvider(name string, cfg ProviderConfig) (Provider, error) {
+// DefaultProvider is the provider a device uses when nothing names one.
+const DefaultProvider = "udp"
+
+// ProviderName is the provider that name selects: name itself, else
+// $VROCE_PROVIDER, else DefaultProvider. Every layer that picks a
+// provider asks here, so the default is decided in one place.
+func ProviderName(name string) string {
 	if name == "" {
 		name = os.Getenv("VROCE_PROVIDER")
 	}
 	if name == "" {
-		name = "udp"
+		name = DefaultProvider
 	}
+	return name
+}
+
+// TraitsOf returns what the provider name selects says of itself (the
+// zero ProviderTraits for one not linked in, whose Open will say so).
+func TraitsOf(name string) ProviderTraits {
+	registry.Lock()
+	defer registry.Unlock()
+	return registry.traits[ProviderName(name)]
+}
+
+// DeviceAddrFor is the address to open a device of provider name on to
+// reach peer when the caller names none: the provider's choice, or ""
+// for its default.
+func DeviceAddrFor(name string, peer netip.AddrPort) (string, error) {
+	if f := TraitsOf(name).DeviceAddr; f != nil {
+		return f(peer)
+	}
+	return "", nil
+}
+
+func openProvider(name string, cfg ProviderConfig) (Provider, error) {
+	name = ProviderName(name)
 	registry.Lock()
 	open := registry.m[name]
 	registry.Unlock()

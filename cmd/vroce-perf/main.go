@@ -192,12 +192,7 @@ func defineFlags(c *config) {
 }
 
 func (c *config) finish() error {
-	if c.Provider == "" {
-		c.Provider = os.Getenv("VROCE_PROVIDER")
-	}
-	if c.Provider == "" {
-		c.Provider = "udp"
-	}
+	c.Provider = vroce.ProviderName(c.Provider)
 	if c.Conn == "" {
 		c.Conn = "RC"
 	}

@@ -12,7 +12,9 @@ import (
 )
 
 func init() {
-	vroce.RegisterProvider("afxdp", func(cfg vroce.ProviderConfig) (vroce.Provider, error) {
+	// A device for any peer: its interface's address, any free port.
+	anyPort := func(netip.AddrPort) (string, error) { return ":0", nil }
+	vroce.RegisterProviderWithTraits("afxdp", func(cfg vroce.ProviderConfig) (vroce.Provider, error) {
 		opts, err := vroce.OptionsAs[Options]("afxdp", cfg.Options)
 		if err != nil {
 			return nil, err
@@ -21,7 +23,7 @@ func init() {
 			opts.Generic = true
 		}
 		return Open(cfg.Addr, opts)
-	})
+	}, vroce.ProviderTraits{DeviceAddr: anyPort})
 }
 
 // DefaultPort is RoCEv2's UDP port.

@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"net/netip"
 	"testing"
 
 	"vroce.dev/internal/providertest"
@@ -20,4 +21,15 @@ func TestProviderConformance(t *testing.T) {
 		}
 		return a, b
 	})
+}
+
+// A device for a peer opens on the address the route to it leaves from.
+func TestDeviceAddrIsTheRoutesSource(t *testing.T) {
+	addr, err := vroce.DeviceAddrFor("udp", netip.MustParseAddrPort("127.0.0.1:4791"))
+	if err != nil || addr != "127.0.0.1:0" {
+		t.Fatalf("device address for a loopback peer: %q, %v", addr, err)
+	}
+	if !vroce.TraitsOf("udp").ProbesFromASocket {
+		t.Fatal("udp services are probed from a socket of their own")
+	}
 }

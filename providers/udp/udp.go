@@ -34,24 +34,41 @@ import (
 )
 
 func init() {
-	vroce.RegisterProvider("udp", func(cfg vroce.ProviderConfig) (vroce.Provider, error) {
-		addr := cfg.Addr
-		if addr == "" {
-			addr = fmt.Sprintf(":%d", DefaultPort)
+	vroce.RegisterProviderWithTraits("udp", open, vroce.ProviderTraits{DeviceAddr: routeAddr, ProbesFromASocket: true})
+}
+
+// routeAddr is a device address for reaching peer: the address the route
+// to it leaves from, any free port. Its ICRC checks are then exact and its
+// MTU is that interface's. (A UDP connect sends nothing.)
+func routeAddr(peer netip.AddrPort) (string, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(peer))
+	if err != nil {
+		return "", err
+	}
+	la := c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+	c.Close()
+	return net.JoinHostPort(la.String(), "0"), nil
+}
+
+// open opens a provider as Open asks: on cfg.Addr, else every address
+// at DefaultPort.
+func open(cfg vroce.ProviderConfig) (vroce.Provider, error) {
+	addr := cfg.Addr
+	if addr == "" {
+		addr = fmt.Sprintf(":%d", DefaultPort)
+	}
+	opts, err := vroce.OptionsAs[Options]("udp", cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	if v := os.Getenv("VROCE_BUSY_POLL"); v != "" && opts.BusyPoll == 0 {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("udp: VROCE_BUSY_POLL=%q: want a duration such as 50us", v)
 		}
-		opts, err := vroce.OptionsAs[Options]("udp", cfg.Options)
-		if err != nil {
-			return nil, err
-		}
-		if v := os.Getenv("VROCE_BUSY_POLL"); v != "" && opts.BusyPoll == 0 {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return nil, fmt.Errorf("udp: VROCE_BUSY_POLL=%q: want a duration such as 50us", v)
-			}
-			opts.BusyPoll = d
-		}
-		return ListenWith(addr, opts)
-	})
+		opts.BusyPoll = d
+	}
+	return ListenWith(addr, opts)
 }
 
 // Options configures a UDP provider.
