@@ -200,10 +200,7 @@ func sendAfterCloseFails(t *testing.T, a, b vroce.Provider) {
 }
 
 func recvEachDeliversWhatRecvWould(t *testing.T, a, b vroce.Provider) {
-	br, ok := b.(vroce.BatchReceiver)
-	if !ok {
-		t.Skipf("%T is not a vroce.BatchReceiver: nothing to check", b)
-	}
+	br := batchReceiver(t, b)
 	const n = 40
 	want := make([][]byte, n)
 	for i := range want {
@@ -219,10 +216,7 @@ func recvEachDeliversWhatRecvWould(t *testing.T, a, b vroce.Provider) {
 }
 
 func recvEachLeavesTheRestToTheNextRecv(t *testing.T, a, b vroce.Provider) {
-	br, ok := b.(vroce.BatchReceiver)
-	if !ok {
-		t.Skipf("%T is not a vroce.BatchReceiver: nothing to check", b)
-	}
+	br := batchReceiver(t, b)
 	const n = 10
 	want := make([][]byte, n)
 	out := make([]vroce.Packet, n)
@@ -247,6 +241,17 @@ func recvEachLeavesTheRestToTheNextRecv(t *testing.T, a, b vroce.Provider) {
 			t.Fatalf("packet %d differs: RecvEach lost or reordered what it left", i)
 		}
 	}
+}
+
+// batchReceiver is b as a BatchReceiver, or skips the test: a provider
+// need not be one.
+func batchReceiver(t *testing.T, b vroce.Provider) vroce.BatchReceiver {
+	t.Helper()
+	br, ok := b.(vroce.BatchReceiver)
+	if !ok {
+		t.Skipf("%T is not a vroce.BatchReceiver: nothing to check", b)
+	}
+	return br
 }
 
 // recvEach runs RecvEach on per buffers until at least n packets came,
