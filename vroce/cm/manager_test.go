@@ -864,6 +864,23 @@ func TestSilentProbeBacksOff(t *testing.T) {
 	}
 }
 
+// TestSilentInBandProbeBacksOff: a probe through a manager's device backs
+// off as the socket probe does: an address nothing answers from is asked
+// about 7 times in 600 ms, not 60.
+func TestSilentInBandProbeBacksOff(t *testing.T) {
+	a, _, network := simEnds(t, sim.Config{}, Config{})
+	before := network.Stats().Lost
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	nobody := netip.MustParseAddrPort("127.0.0.9:4791")
+	if got, err := a.m.Probe(ctx, nobody, 0); err != nil || got != ProbeSilent {
+		t.Fatalf("probe of an address nobody holds: %v %v", got, err)
+	}
+	if asked := network.Stats().Lost - before; asked < 3 || asked > 12 {
+		t.Fatalf("a silent in-band probe asked %d times in 600 ms, want about 7", asked)
+	}
+}
+
 // TestParseSIDRFromRxe reads the service ID resolution that rdma_cm's
 // udaddy sent over Soft-RoCE.
 func TestParseSIDRFromRxe(t *testing.T) {

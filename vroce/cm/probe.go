@@ -175,9 +175,9 @@ func (m *Manager) Probe(ctx context.Context, to netip.AddrPort, service uint16) 
 		m.mu.Unlock()
 	}()
 	req := &mad{attr: attrSIDRReq, tid: random64(), localID: reqID, serviceID: serviceID(service)}
-	t := time.NewTicker(probeInterval)
+	t := time.NewTimer(probeInterval)
 	defer t.Stop()
-	for {
+	for interval := probeInterval; ; {
 		var o outbox
 		o.send(to, req)
 		o.flush(m)
@@ -187,6 +187,8 @@ func (m *Manager) Probe(ctx context.Context, to netip.AddrPort, service uint16) 
 		case <-ctx.Done():
 			return ProbeSilent, nil
 		case <-t.C:
+			interval = min(2*interval, maxProbeInterval) // backs off as Probe does
+			t.Reset(interval)
 		}
 	}
 }
