@@ -218,6 +218,13 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 		}
 		return Peer{}, fmt.Errorf("cm: exchange: %w", rerr)
 	}
+	if theirs.qpn == ours.qpn && theirs.psn == ours.psn && theirs.addr == ours.addr {
+		// Our own message came back: the other end echoes what it is
+		// sent (a plain TCP echo service, or a listener that took us
+		// for a plain TCP client). Connecting would aim the QP at
+		// itself, and the stream would echo the application's data.
+		return Peer{}, fmt.Errorf("cm: exchange: the peer sent our own message back: %w", ErrNotVRoCE)
+	}
 	peer := Peer{
 		QPN: theirs.qpn, PSN: theirs.psn, Addr: theirs.addr,
 		MTU:              min(mtu, vroce.MTU(theirs.mtu)),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"testing"
@@ -153,6 +154,32 @@ func TestPeerThatIsNotVRoCE(t *testing.T) {
 	}
 	if a.qp.State() != vroce.QPSReset {
 		t.Fatalf("a failed exchange left the QP in %v", a.qp.State())
+	}
+}
+
+// TestPeerThatEchoes: a TCP echo service sends our own exchange back,
+// which would aim the QP at itself; the exchange refuses it as not vRoCE
+// and leaves the QP in RESET.
+func TestPeerThatEchoes(t *testing.T) {
+	a := newEnd(t)
+	ca, cb := tcpPair(t)
+	echoed := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(cb, cb)
+		echoed <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := ConnectSocket(ctx, ca, a.qp, Params{})
+	if !errors.Is(err, ErrNotVRoCE) {
+		t.Fatalf("%v, want ErrNotVRoCE", err)
+	}
+	if a.qp.State() != vroce.QPSReset {
+		t.Fatalf("a refused exchange left the QP in %v", a.qp.State())
+	}
+	ca.Close()
+	if err := <-echoed; err != nil {
+		t.Fatalf("echo: %v", err)
 	}
 }
 
