@@ -21,6 +21,13 @@ const (
 	// once; a plain client of a protocol where the server speaks first
 	// waits this long before the server sees it.
 	detectTimeout = 200 * time.Millisecond
+	// probedDetectTimeout is that wait for a host that probed the
+	// service just before: a vRoCE dialer, which sends the exchange only
+	// once its probe is answered, and a dialer that may not fall back
+	// waits strictProbeWait for that. Ten thousand dials at once through
+	// one proxy passed 200 ms, were served as plain TCP clients, and got
+	// their own exchange echoed back by the service behind it.
+	probedDetectTimeout = strictProbeWait + time.Second
 	// handshakeTimeout bounds a vRoCE client's exchange.
 	handshakeTimeout = 10 * time.Second
 )
@@ -239,7 +246,11 @@ func (l *Listener) acceptTCP() {
 func (l *Listener) handshake(c *net.TCPConn) {
 	defer l.wg.Done()
 	br := bufio.NewReaderSize(c, 64)
-	c.SetReadDeadline(time.Now().Add(detectTimeout))
+	wait := detectTimeout
+	if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok && l.st.cm.ProbedRecently(ra.AddrPort().Addr()) {
+		wait = probedDetectTimeout
+	}
+	c.SetReadDeadline(time.Now().Add(wait))
 	head, _ := br.Peek(len(cm.SocketMagic))
 	c.SetReadDeadline(time.Time{})
 	if string(head) != cm.SocketMagic {

@@ -137,7 +137,19 @@ type Manager struct {
 	timeWaitQueue []timeWaitEntry             // in expiry order
 	probes        map[uint32]chan ProbeResult // Probe calls waiting, by request ID
 	drained       chan struct{}               // closed when the last connection goes, for Drain
+	// probers holds when each host last probed a service that listens
+	// here (ProbedRecently), at most maxProbers hosts.
+	probers     map[netip.Addr]int64
+	proberSweep int64 // when probers was last swept of the stale
 }
+
+// A host that probed a listening service is remembered for proberMemory,
+// and at most maxProbers hosts are: past that, the oldest are forgotten,
+// and a host that cannot be recorded is treated as if it had not probed.
+const (
+	proberMemory = 10 * time.Second
+	maxProbers   = 4096
+)
 
 // timeWaitPeriod outlasts any copy of a REQ still in the network.
 const timeWaitPeriod = 2 * time.Second
@@ -170,7 +182,7 @@ func New(dev *vroce.Device, cfg Config) (*Manager, error) {
 		dev: dev, cfg: cfg, guid: random64(), epoch: time.Now(),
 		wake: make(chan struct{}, 1), done: make(chan struct{}),
 		ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{}, listeners: map[uint64]*Listener{},
-		timeWait: map[remoteKey]int64{}, probes: map[uint32]chan ProbeResult{},
+		timeWait: map[remoteKey]int64{}, probes: map[uint32]chan ProbeResult{}, probers: map[netip.Addr]int64{},
 		gsiSet: make(chan struct{}),
 	}
 	gsi, err := dev.OpenGSI(m.receive)

@@ -864,6 +864,52 @@ func TestSilentProbeBacksOff(t *testing.T) {
 	}
 }
 
+// TestAManagerRemembersWhoProbedAListeningService: a host that probed a
+// service with a listener is remembered (a listener waits longer for its
+// SOCKET exchange); one that probed a service nobody listens on, or never
+// probed, is not.
+func TestAManagerRemembersWhoProbedAListeningService(t *testing.T) {
+	a, b, _ := simEnds(t, sim.Config{}, Config{})
+	l, err := b.m.Listen(7000, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	host := a.dev.LocalAddr().Addr()
+	if r, err := a.m.Probe(ctx, b.dev.LocalAddr(), 7001); err != nil || r != ProbeNotListening {
+		t.Fatalf("probe of a service nobody listens on: %v %v", r, err)
+	}
+	if b.m.ProbedRecently(host) {
+		t.Fatal("remembered a probe of a service nobody listens on")
+	}
+	if r, err := a.m.Probe(ctx, b.dev.LocalAddr(), 7000); err != nil || r != ProbeListening {
+		t.Fatalf("probe of the listening service: %v %v", r, err)
+	}
+	if !b.m.ProbedRecently(host) {
+		t.Fatal("forgot a host that probed a listening service")
+	}
+	if b.m.ProbedRecently(netip.MustParseAddr("127.0.0.9")) {
+		t.Fatal("remembers a host that never probed")
+	}
+}
+
+// TestProbersAreBounded: probes from more hosts than maxProbers (a flood
+// from spoofed addresses, say) keep the record at maxProbers.
+func TestProbersAreBounded(t *testing.T) {
+	a, _, _ := simEnds(t, sim.Config{}, Config{})
+	a.m.mu.Lock()
+	for i := range maxProbers + 100 {
+		a.m.noteProberLocked(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}))
+	}
+	n := len(a.m.probers)
+	a.m.mu.Unlock()
+	if n != maxProbers {
+		t.Fatalf("%d hosts recorded, want the bound %d", n, maxProbers)
+	}
+}
+
 // TestSilentInBandProbeBacksOff: a probe through a manager's device backs
 // off as the socket probe does: an address nothing answers from is asked
 // about 7 times in 600 ms, not 60.

@@ -278,9 +278,43 @@ func (m *Manager) onSIDRReq(from netip.AddrPort, msg *mad, o *outbox) bool {
 		status: sidrUnsupported, qpn: vroce.GSIQPN, qkey: vroce.GSIQKey, priv: vroceMark[:]}
 	if m.listeners[msg.serviceID] != nil {
 		rep.status = sidrValid
+		m.noteProberLocked(from.Addr().Unmap())
 	}
 	o.send(from, rep)
 	return true
+}
+
+// noteProberLocked records that host probed a listening service now.
+func (m *Manager) noteProberLocked(host netip.Addr) {
+	now := m.now()
+	if _, known := m.probers[host]; !known && len(m.probers) >= maxProbers {
+		// Full: forget the stale, at most once a second (a flood of
+		// probes from new addresses must not buy a sweep each).
+		if now-m.proberSweep >= int64(time.Second) {
+			m.proberSweep = now
+			for h, at := range m.probers {
+				if now-at > int64(proberMemory) {
+					delete(m.probers, h)
+				}
+			}
+		}
+		if len(m.probers) >= maxProbers {
+			return
+		}
+	}
+	m.probers[host] = now
+}
+
+// ProbedRecently reports whether host probed a service that listens on
+// this manager within the last few seconds. Its dialer sends the SOCKET
+// exchange only once that probe's answer is back, which a swamped
+// listener sends late: a listener that tells vRoCE clients from plain TCP
+// ones by their first bytes waits longer for such a host's.
+func (m *Manager) ProbedRecently(host netip.Addr) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	at, ok := m.probers[host.Unmap()]
+	return ok && m.now()-at <= int64(proberMemory)
 }
 
 // onSIDRRep answers a Probe made through this manager.
