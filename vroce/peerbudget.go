@@ -113,7 +113,7 @@ func (b *peerBudget) fits(n, limit int64) bool { return b.charged.Load()+n <= li
 // limit. If not, qp is queued to be woken when the budget has room.
 func (b *peerBudget) admit(qp *QP, cost, limit int64) bool {
 	ticket := &qp.req.peerTicket
-	if b.charged.Load()+cost <= limit {
+	if b.fits(cost, limit) {
 		if ticket.Load() != 0 {
 			ticket.Store(0) // its entry is stale now
 		}
@@ -129,7 +129,7 @@ func (b *peerBudget) admit(qp *QP, cost, limit int64) bool {
 	}
 	// Whoever gave back since the first look may have found nobody
 	// queued: look again now that qp is.
-	if b.charged.Load()+cost <= limit {
+	if b.fits(cost, limit) {
 		ticket.Store(0)
 		return true
 	}

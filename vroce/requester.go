@@ -165,11 +165,8 @@ type requester struct {
 	peer       *peerBudget
 	peerCharge int64
 	peerTicket atomic.Uint64
-	resent     int // sum of resends over [sndUna, sndMax)
+	resends    int // the sum of pktState.resends over [sndUna, sndMax)
 }
-
-// resent reports whether the PSN was sent more than once.
-func (st *pktState) resent() bool { return st.resends > 0 }
 
 // pktState is what the requester knows of one PSN in flight.
 type pktState struct {
@@ -191,6 +188,9 @@ type pktState struct {
 	lastOff uint8
 	left    uint8
 }
+
+// resent reports whether the PSN was sent more than once.
+func (st *pktState) resent() bool { return st.resends > 0 }
 
 func (r *requester) init(max int) {
 	*r = requester{max: max}
@@ -214,11 +214,17 @@ func (r *requester) settlePeer(qp *QP, now int64) {
 	if r.peer == nil {
 		return
 	}
-	want := int64(int(psnDiff(r.sndMax, r.sndUna))+r.resent) * peerCost(qp.mtu)
+	want := r.peerWant(qp)
 	if delta := want - r.peerCharge; delta != 0 {
 		r.peerCharge = want
 		r.peer.charge(delta, qp.dev, now)
 	}
+}
+
+// peerWant is what the QP's packets in flight should be charged: every
+// PSN sent and not yet passed by sndUna, and every resend of one.
+func (r *requester) peerWant(qp *QP) int64 {
+	return int64(int(psnDiff(r.sndMax, r.sndUna))+r.resends) * peerCost(qp.mtu)
 }
 
 // peerAdmits reports whether the peer budget lets one more new packet go;
@@ -230,8 +236,7 @@ func (r *requester) peerAdmits(qp *QP, now int64) bool {
 	// What this pump has sent so far is charged when it ends (one
 	// atomic add a pump, not one a packet): count it with the packet.
 	cost, limit := peerCost(qp.mtu), peerLimit(qp.mtu)
-	unsettled := int64(int(psnDiff(r.sndMax, r.sndUna))+r.resent)*cost - r.peerCharge
-	if r.peer.fits(unsettled+cost, limit) {
+	if r.peer.fits(r.peerWant(qp)-r.peerCharge+cost, limit) {
 		return true
 	}
 	r.settlePeer(qp, now)
@@ -757,7 +762,7 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 		st.sentAt = now
 		if resent && st.resends < 255 {
 			st.resends++
-			r.resent++
+			r.resends++
 		}
 		if resent && i == 0 {
 			qp.stats.Retransmits++
@@ -1105,7 +1110,7 @@ func (r *requester) sampleRTT(d int64) {
 func (r *requester) advance(qp *QP, now int64) {
 	moved := 0
 	for r.sndUna != r.sndMax && r.pkt(r.sndUna).done {
-		r.resent -= int(r.pkt(r.sndUna).resends)
+		r.resends -= int(r.pkt(r.sndUna).resends)
 		r.sndUna = psnAdd(r.sndUna, 1)
 		moved++
 	}
@@ -1194,7 +1199,7 @@ func (r *requester) flush(qp *QP) {
 	}
 	r.next = r.head
 	r.rdInFlight, r.rdRequests, r.lostCount = 0, 0, 0
-	r.sndUna, r.sndMax, r.resent = r.sndNxt, r.sndNxt, 0
+	r.sndUna, r.sndMax, r.resends = r.sndNxt, r.sndNxt, 0
 	r.rtoAt, r.probeAt, r.rnrAt, r.paceAt, r.rnrWait = 0, 0, 0, 0, false
 	r.settlePeer(qp, qp.dev.now())
 }

@@ -144,8 +144,9 @@ type Manager struct {
 }
 
 // A host that probed a listening service is remembered for proberMemory,
-// and at most maxProbers hosts are: past that, the oldest are forgotten,
-// and a host that cannot be recorded is treated as if it had not probed.
+// and at most maxProbers hosts are: once full, hosts older than
+// proberMemory are swept out, and a new host that still finds no room is
+// not recorded (it is treated as if it had not probed).
 const (
 	proberMemory = 10 * time.Second
 	maxProbers   = 4096
