@@ -42,6 +42,9 @@ type congestion struct {
 	// round's (about an RTT's) packets delivered and lost.
 	lastRTT, lastTarget int64
 	round               lossRound
+	// undo is the window before the last timeout, kept while the timeout
+	// may still prove spurious (undoTimeout); 0 once it cannot.
+	undo float64
 }
 
 // lossRound counts one round's deliveries and losses, and keeps the
@@ -105,6 +108,9 @@ func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
 		c.lastDecrease, c.slowStart = now, false
 	}
 	c.cwnd = min(max(c.cwnd, minWindow), maxWindow)
+	if c.undo != 0 && c.slowStart {
+		c.undo = 0 // the resends are being acknowledged: the timeout was real
+	}
 }
 
 // onLoss hears of lost packets, and trims the window by an eighth, once
@@ -140,8 +146,22 @@ func (c *congestion) congestive() bool {
 // onTimeout restarts from the smallest window and slow-starts back to half
 // the window that timed out.
 func (c *congestion) onTimeout(now int64) {
+	if c.undo == 0 {
+		c.undo = c.cwnd
+	}
 	c.ssthresh = max(c.cwnd/2, 2)
 	c.cwnd, c.lastDecrease, c.slowStart = minWindow, now, true
+}
+
+// undoTimeout restores the window a timeout collapsed, once the timeout
+// proves spurious; it reports whether there was one to undo.
+func (c *congestion) undoTimeout() bool {
+	if c.undo == 0 {
+		return false
+	}
+	c.cwnd, c.slowStart = max(c.cwnd, c.undo), false
+	c.undo = 0
+	return true
 }
 
 // pace reports whether one more packet may leave at now; if not, when it

@@ -1,6 +1,11 @@
 package vroce
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
 
 func TestWindowGrowsUnderTargetAndShrinksAboveIt(t *testing.T) {
 	var c congestion
@@ -136,4 +141,24 @@ func TestLossWithDelayIsCongestive(t *testing.T) {
 	if want := before * (1 - lossDecrease); c.cwnd != want {
 		t.Fatalf("a loss with a standing queue: window %.2f, want %.2f", c.cwnd, want)
 	}
+}
+
+// A timeout that proves spurious gives back the window it collapsed; once
+// the resends are acknowledged in slow start, it was real and cannot be
+// undone.
+func TestCongestionUndoesASpuriousTimeout(t *testing.T) {
+	var c congestion
+	c.init()
+	c.cwnd, c.slowStart = 100, false
+	c.onTimeout(1000)
+	require.Equal(t, float64(minWindow), c.cwnd)
+	require.True(t, c.undoTimeout())
+	assert.Equal(t, 100.0, c.cwnd)
+	assert.False(t, c.slowStart)
+	assert.False(t, c.undoTimeout(), "undone once")
+
+	c.onTimeout(2000)
+	c.onAck(1, 0, 10_000, 10_000, 3000) // a resend acknowledged in slow start
+	assert.False(t, c.undoTimeout(), "the timeout was real")
+	assert.Less(t, c.cwnd, 100.0)
 }

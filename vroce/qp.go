@@ -232,7 +232,9 @@ type QP struct {
 	txSeal, rxSeal wire.Sealer
 	mtu            int // RC path MTU, UD active MTU
 	rq             recvRing
-	req            requester
+	sq             sendQueue // the posted send work requests, RC's and UD's
+	req            requester // RC's send side
+	udPSN          uint32    // UD: the PSN of the next datagram
 	resp           responder
 	stats          QPStats
 
@@ -303,7 +305,8 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		qp.srq.users++
 		qp.srq.mu.Unlock()
 	}
-	qp.req.init(c.MaxSendWR)
+	qp.sq.init(c.MaxSendWR)
+	qp.req.init()
 	d.qpTable.insert(qp, func() bool {
 		// QPN 0 and 1 are the special QPs; the rest are random, so a
 		// stranger cannot guess them.
@@ -345,7 +348,7 @@ func (qp *QP) Stats() QPStats {
 	s := qp.stats
 	s.CWnd = qp.req.window()
 	s.HeldBytes = qp.resp.heldBytes
-	s.SRTT, s.MinRTT = time.Duration(qp.req.rtt.srtt), time.Duration(qp.req.rtt.minRTT)
+	s.SRTT, s.MinRTT = time.Duration(qp.req.rec.rtt.srtt), time.Duration(qp.req.rec.rtt.minRTT)
 	return s
 }
 
@@ -398,8 +401,10 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 			qp.resp.reset(qp, qp.attr.RQPSN, qp.attr.SelectiveRepeat)
 		}
 	case QPSRTS:
-		if from == QPSRTR {
+		if from == QPSRTR && qp.typ == RC {
 			qp.req.start(qp)
+		} else if from == QPSRTR {
+			qp.udPSN = qp.attr.SQPSN
 		}
 	}
 	qp.state = to
@@ -490,7 +495,8 @@ func (qp *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 func (qp *QP) reset() {
 	qp.rq = recvRing{max: qp.cap.MaxRecvWR}
 	qp.req.leavePeer(qp)
-	qp.req.init(qp.cap.MaxSendWR)
+	qp.sq.init(qp.cap.MaxSendWR)
+	qp.req.init()
 	qp.resp.reset(qp, 0, false)
 	qp.attr = QPAttr{}
 	qp.flow = wire.Flow{}
@@ -727,7 +733,7 @@ func (qp *QP) onTimer(now int64) {
 // checkDrained reports EventSQDrained once a QP in SQD has nothing in
 // flight.
 func (qp *QP) checkDrained() {
-	if qp.state == QPSSQD && !qp.req.drainReported && qp.req.inFlight() == 0 {
+	if qp.state == QPSSQD && !qp.req.drainReported && qp.sq.posted() == 0 {
 		qp.req.drainReported = true
 		qp.dev.events.push(AsyncEvent{Type: EventSQDrained, QP: qp})
 	}

@@ -43,12 +43,12 @@ func (qp *QP) resolveUD(w *sendWQE, wr *SendWR) error {
 }
 
 func (qp *QP) pumpUD(b *txBatch) {
-	r := &qp.req
-	for r.next < r.tail && qp.state == QPSRTS {
-		w := r.slot(r.next)
+	q := &qp.sq
+	for q.next < q.tail && qp.state == QPSRTS {
+		w := q.slot(q.next)
 		buf := qp.emit(b)
 		p := wire.Packet{
-			BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: w.ud.qpn, PSN: r.sndNxt, SE: w.flags&SendSolicited != 0},
+			BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: w.ud.qpn, PSN: qp.udPSN, SE: w.flags&SendSolicited != 0},
 			DETH: wire.DETH{QKey: w.ud.qkey, SrcQP: qp.qpn},
 		}
 		if w.op.hasImm() {
@@ -57,11 +57,16 @@ func (qp *QP) pumpUD(b *txBatch) {
 		hl, _ := p.EncodeHeaders(buf, w.length)
 		w.gather(buf[hl:hl+w.length], 0)
 		b.add(w.ud.flow, wire.Finish(buf, hl+w.length))
-		r.sndNxt = psnAdd(r.sndNxt, 1)
-		w.assigned, w.done = true, true
-		r.next++
+		qp.udPSN = psnAdd(qp.udPSN, 1)
+		w.assigned = true
+		q.next++
 	}
-	r.retire(qp)
+	// A datagram completes as it leaves.
+	for q.head < q.next {
+		if w := q.popHead(); w.signaled {
+			qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: WCSuccess, Opcode: wcOpcodeFor(w.op), ByteLen: uint32(w.length), QPN: qp.qpn})
+		}
+	}
 	qp.checkDrained()
 }
 

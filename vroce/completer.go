@@ -1,0 +1,262 @@
+package vroce
+
+import (
+	"encoding/binary"
+
+	"vroce.dev/vroce/wire"
+)
+
+// The completer of an RC QP (IBA 9.7.5; rxe_comp.c): it takes the
+// responder's answers (ACKs with their SACK blocks, NAKs, RNR NAKs, READ
+// responses, atomic ACKs), checks that each names a request in flight,
+// tells the scoreboard and loss recovery what they say, and completes
+// work requests in order once sndUna has passed them. It is the
+// requester's other half and shares its state (requester.go).
+
+// onResponse handles an ACK, NAK, READ response or atomic ACK, then sends
+// what the window now allows.
+func (r *requester) onResponse(qp *QP, p *wire.Packet) {
+	psn := p.BTH.PSN
+	if !r.names(p) {
+		qp.stats.ForgedResponses++
+		return
+	}
+	now := qp.dev.now()
+	una, lost := r.sb.sndUna, r.sb.lostCount
+	switch op := p.BTH.Opcode; op {
+	case wire.RCAcknowledge:
+		r.onAck(qp, p, now)
+	case wire.RCAtomicAcknowledge:
+		r.ackThrough(qp, psnAdd(psn, -1), now)
+		if w := qp.sq.find(psn); w != nil && w.op.isAtomic() && r.sb.delivers(psn) {
+			var v [8]byte
+			binary.NativeEndian.PutUint64(v[:], p.AtomicAck)
+			w.scatter(v[:], 0)
+			r.sb.delivered(psn)
+		}
+	default: // READ response
+		r.ackThrough(qp, psnAdd(psn, -1), now)
+		r.onReadResponse(qp, p, now)
+	}
+	if qp.state == QPSErr {
+		return
+	}
+	r.advance(qp, now)
+	r.retire(qp)
+	if r.sb.sndUna != una || r.sb.lostCount != lost {
+		qp.kickAt(now) // the window moved or a retransmission is due
+	}
+	qp.checkDrained()
+}
+
+// names reports whether a response speaks of a request this QP sent, as
+// rxe's completer checks (check_psn): a NAK, an RNR NAK, a READ response
+// or an atomic ACK names a PSN in flight (a READ response or atomic ACK,
+// one of a READ or atomic); an ACK one in flight or the last delivered (a
+// duplicate ACK, which may carry SACK and D-SACK blocks). Anything else
+// is stale, or forged: a NAK for a request never sent, or long since
+// acknowledged, failed the head work request or stalled the send queue.
+func (r *requester) names(p *wire.Packet) bool {
+	psn := p.BTH.PSN
+	switch op := p.BTH.Opcode; {
+	case op == wire.RCAcknowledge && p.AETH.Syndrome.Kind() == wire.SyndromeACK:
+		return r.sb.tracked(psn) || psn == psnAdd(r.sb.sndUna, -1)
+	case op == wire.RCAcknowledge:
+		return r.sb.tracked(psn)
+	default: // READ responses, atomic ACKs
+		return r.sb.awaitsResponse(psn)
+	}
+}
+
+func (r *requester) onAck(qp *QP, p *wire.Packet, now int64) {
+	psn, syn := p.BTH.PSN, p.AETH.Syndrome
+	switch syn.Kind() {
+	case wire.SyndromeACK:
+		r.ackThrough(qp, psn, now)
+		var sack wire.SACK
+		if len(p.Payload) > 0 && wire.ParseSACK(&sack, p.Payload) {
+			qp.stats.SACKsRecv++
+			if first := sack.Blocks[0]; sack.N > 0 && first.Count == 1 && psnDiff(first.First, psn) <= 0 {
+				r.rec.onDuplicateReported(first.First) // below the cumulative ACK: a D-SACK
+			}
+			r.sb.onSACK(&sack, func(sentAt int64) { r.rec.sample(now - sentAt) })
+		}
+		r.detectLosses(qp, now)
+	case wire.SyndromeRNRNAK:
+		qp.stats.RNRNAKsRecv++
+		r.ackThrough(qp, psnAdd(psn, -1), now)
+		r.advance(qp, now)
+		r.retire(qp)
+		if r.rnrLeft == 0 {
+			r.failHead(qp, WCRNRRetryExcErr)
+			return
+		}
+		if qp.attr.RNRRetry != 7 {
+			r.rnrLeft--
+		}
+		if qp.attr.SelectiveRepeat && r.sb.tracked(psn) {
+			// Our responder holds the requests that followed the one it
+			// refused, as it holds any that come out of order: only that
+			// one goes again. (Marking them all lost resent the window
+			// whenever the SACKs saying they were held came after the
+			// RNR wait.)
+			r.sb.markOneLost(psn)
+		} else {
+			r.sb.markLostFrom(psn) // the responder drops what follows, as rxe does
+		}
+		r.rnrWait = true
+		r.rec.disarm()
+		r.rnrAt = now + int64(rnrDelay(syn.Value()))
+		r.schedule(qp)
+	case wire.SyndromeNAK:
+		r.ackThrough(qp, psnAdd(psn, -1), now)
+		if syn.Value() == wire.NAKPSNSequenceError {
+			// A go-back-N responder (rxe) dropped everything from psn.
+			qp.stats.SeqNAKsRecv++
+			r.sb.markLostFrom(psn)
+			r.rec.lossProven(now)
+			r.cc.onLoss(1, r.rec.rtt.srtt, now)
+			return
+		}
+		qp.stats.RemoteAbortErr++
+		status := WCRemOpErr
+		switch syn.Value() {
+		case wire.NAKInvalidRequest:
+			status = WCRemInvReqErr
+		case wire.NAKRemoteAccessError:
+			status = WCRemAccessErr
+		}
+		r.advance(qp, now)
+		r.retire(qp)
+		r.failHead(qp, status)
+	}
+}
+
+// ackThrough records a cumulative ACK through psn: every SEND and WRITE
+// PSN up to it is delivered, READ responses below it that have not come
+// were lost (the responder sent them before this ACK), a resend
+// acknowledged sooner than it could have been undoes the timeout that
+// sent it, and the newest PSN sent once gives an RTT sample.
+func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
+	res := r.sb.ackThrough(psn, now, r.rec.rtt.srtt)
+	if res.readsLost > 0 {
+		r.rec.lossProven(now)
+	}
+	if r.rec.spurious(res.resentSentAt, now) && r.cc.undoTimeout() {
+		qp.stats.SpuriousTimeouts++
+		r.rec.onSpuriousTimeout()
+	}
+	if res.sampleSentAt != 0 {
+		r.rec.sample(now - res.sampleSentAt)
+	}
+}
+
+// detectLosses marks lost what the scoreboard's evidence says is gone and
+// tells loss recovery and the congestion controller.
+func (r *requester) detectLosses(qp *QP, now int64) {
+	if found := r.sb.detectLosses(r.rec.rtt.srtt); found > 0 {
+		r.rec.lossProven(now)
+		qp.stats.FastRetransmits++
+		r.cc.onLoss(found, r.rec.rtt.srtt, now)
+	}
+}
+
+func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64) {
+	psn := p.BTH.PSN
+	if !r.sb.tracked(psn) {
+		return // a duplicate of a response already passed
+	}
+	w := qp.sq.find(psn)
+	if w == nil || w.op != WRRDMARead || r.sb.pkt(psn).done {
+		return // a duplicate, or for a READ already complete
+	}
+	mtu := qp.mtu
+	off := int(psnDiff(psn, w.psn)) * mtu
+	// A READ goes out in chunks and is re-requested in pieces, so FIRST
+	// and LAST mark requests, not the work request: the PSN and the
+	// length decide.
+	if len(p.Payload) != min(mtu, w.length-off) {
+		r.failHead(qp, WCBadRespErr)
+		return
+	}
+	w.scatter(p.Payload, off)
+	if st := r.sb.pkt(psn); !st.resent() {
+		r.rec.sample(now - st.sentAt)
+	}
+	r.sb.delivered(psn)
+	r.detectLosses(qp, now)
+}
+
+// advance moves sndUna over delivered PSNs and records the progress.
+func (r *requester) advance(qp *QP, now int64) {
+	moved := r.sb.advance()
+	if moved == 0 {
+		return
+	}
+	r.settlePeer(qp, now)
+	r.cc.onAck(moved, r.rec.rtt.latest, r.rec.rtt.minRTT, r.rec.rtt.srtt, now)
+	r.progressAt = now
+	r.rec.onProgress() // re-armed from now by pump
+	r.rnrLeft = int(qp.attr.RNRRetry)
+}
+
+// finished reports whether w may complete: sndUna has passed its last
+// PSN (sndUna never passes a PSN not yet sent).
+func (r *requester) finished(w *sendWQE) bool {
+	return w.assigned && psnDiff(r.sb.sndUna, w.lastPSN()) > 0
+}
+
+// retire completes finished work requests at the head, in order.
+func (r *requester) retire(qp *QP) {
+	q := &qp.sq
+	for q.head < q.tail {
+		w := q.slot(q.head)
+		if !r.finished(w) {
+			break
+		}
+		if w.op == WRRDMARead || w.op.isAtomic() {
+			r.rdInFlight--
+		}
+		if w.signaled {
+			qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: WCSuccess, Opcode: wcOpcodeFor(w.op), ByteLen: uint32(w.length), QPN: qp.qpn})
+		}
+		q.popHead()
+		if q.next < q.head {
+			q.next = q.head
+			if q.head < q.tail && q.slot(q.head).assigned {
+				r.nextPSN = q.slot(q.head).psn
+			}
+		}
+	}
+}
+
+// failHead completes the oldest work request with status and moves the
+// QP to ERR, flushing the rest.
+func (r *requester) failHead(qp *QP, status WCStatus) {
+	if q := &qp.sq; q.head < q.tail {
+		w := q.popHead()
+		qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: status, Opcode: wcOpcodeFor(w.op), QPN: qp.qpn})
+	}
+	ev := EventQPFatal
+	if status == WCRemAccessErr {
+		ev = EventQPAccessErr
+	} else if status == WCRemInvReqErr {
+		ev = EventQPReqErr
+	}
+	qp.fail(ev)
+}
+
+// flush completes every outstanding work request with WCWRFlushErr.
+func (r *requester) flush(qp *QP) {
+	q := &qp.sq
+	for q.head < q.tail {
+		w := q.popHead()
+		qp.complete(qp.sendCQ, &WorkCompletion{ID: w.id, Status: WCWRFlushErr, Opcode: wcOpcodeFor(w.op), QPN: qp.qpn})
+	}
+	q.next = q.head
+	r.rdInFlight = 0
+	r.sb.reset(r.sndNxt)
+	r.rec.disarm()
+	r.rnrAt, r.paceAt, r.rnrWait = 0, 0, false
+	r.settlePeer(qp, qp.dev.now())
+}

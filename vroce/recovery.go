@@ -1,0 +1,172 @@
+package vroce
+
+// Loss recovery for an RC requester: the RTT estimate, the retransmission
+// timeout with its backoff (and Karn's rule on what may end it), the
+// tail-loss probe, and what the path's recent losses say about how soon a
+// probe may fire. In the shape of quic-go's ackhandler: it is given the
+// time, says when its next deadline is (lossDetectionTimeout), and says
+// what a passed deadline calls for (onLossDetectionTimeout); the requester
+// acts on the scoreboard and the congestion controller.
+
+// lossRecovery is an RC requester's timers and RTT state. The QP's
+// requester owns it, under qp.mu.
+type lossRecovery struct {
+	rtt         rttEstimator
+	backoff     int   // RTO doublings since the last progress with a fresh sample
+	freshSample bool  // an RTT sample since the RTO last backed off
+	rtoAt       int64 // retransmission timeout, 0 when nothing is in flight
+	probeAt     int64 // tail-loss probe, 0 when none is due
+	// lossAt is when the path last lost a packet, as far as the
+	// requester can tell (see quietProbeFloor). A timer's resend of
+	// probedPSN counts as a loss (suspected) unless the responder reports
+	// that PSN arrived twice: lossAt then goes back to lossUndo, its
+	// value before the PSN was first resent. A resend of another PSN
+	// ends the suspicion: no report came.
+	lossAt, lossUndo int64
+	probedPSN        uint32
+	suspected        bool
+}
+
+// timeoutKind is what a passed loss-detection deadline calls for.
+type timeoutKind uint8
+
+const (
+	noTimeout timeoutKind = iota
+	// probeTimeout: two quiet RTTs; resend the oldest unconfirmed packet.
+	probeTimeout
+	// firstTimeout: the first RTO since progress, most often a stall of
+	// the host, not of the network (probes found the network's losses
+	// already); resend the oldest unconfirmed packet and trim the window.
+	firstTimeout
+	// repeatedTimeout: everything in flight is presumed lost.
+	repeatedTimeout
+)
+
+// sample takes an RTT sample of a packet sent once.
+func (l *lossRecovery) sample(d int64) {
+	l.rtt.sample(d)
+	l.freshSample = true
+}
+
+// disarm stops the RTO and the probe: nothing is in flight.
+func (l *lossRecovery) disarm() { l.rtoAt, l.probeAt = 0, 0 }
+
+// arm keeps the RTO and the tail-loss probe running from now while
+// packets are in flight. wait is what the Go scheduler lately made
+// goroutines wait (an ACK can wait for one to be scheduled, on either
+// end), ackTimeout the QP's verbs timeout (0: infinite), and
+// resendsQueued whether resends are queued: they draw the SACK a probe
+// would.
+func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued bool) {
+	rto := l.rtt.rto(l.backoff, ackTimeout) + wait
+	if ackTimeout > 0 {
+		rto = min(rto, ackTimeout)
+	}
+	if l.rtoAt == 0 {
+		l.rtoAt = now + rto
+	}
+	// A loss probe after two quiet RTTs: the last packets of a flight,
+	// whether the flight ends the data or fills the window, have no later
+	// ones to reveal their loss; a probe draws the SACK that does, long
+	// before a timeout.
+	if resendsQueued {
+		l.probeAt = 0
+	} else if l.backoff == 0 && l.probeAt == 0 {
+		// A PTO after the last probe or send, and ahead of the RTO (a
+		// steady RTT makes RTTVAR, and the RTO, small against two SRTTs):
+		// never at or before now, or an unanswered probe to a peer slower
+		// than three quarters of the RTO was repeated at every timer wake
+		// until the RTO (117 packets in 40 ms to rxe). So a PTO apart, the
+		// last a quarter RTO before it: at most (RTO * 3/4) / PTO + 1
+		// probes per RTO.
+		if at := min(now+l.rtt.pto(l.probeFloor(now))+wait, l.rtoAt-rto/4); at > now {
+			l.probeAt = at
+		}
+	}
+}
+
+// lossDetectionTimeout is the earlier of the RTO and the probe deadline;
+// 0 when neither runs.
+func (l *lossRecovery) lossDetectionTimeout() int64 {
+	switch {
+	case l.probeAt == 0:
+		return l.rtoAt
+	case l.rtoAt == 0:
+		return l.probeAt
+	}
+	return min(l.rtoAt, l.probeAt)
+}
+
+// onLossDetectionTimeout says which deadline has passed at now, the RTO
+// before the probe, and clears them; an RTO backs off.
+func (l *lossRecovery) onLossDetectionTimeout(now int64) timeoutKind {
+	switch {
+	case l.rtoAt != 0 && now >= l.rtoAt:
+		kind := firstTimeout
+		if l.backoff > 0 {
+			kind = repeatedTimeout
+		}
+		// Karn: only a sample taken after this backoff may end it.
+		l.backoff, l.freshSample = l.backoff+1, false
+		l.rtoAt, l.probeAt = 0, 0
+		return kind
+	case l.probeAt != 0 && now >= l.probeAt:
+		l.probeAt = 0
+		return probeTimeout
+	}
+	return noTimeout
+}
+
+// onProgress hears that sndUna moved: the deadlines restart from the next
+// send. Karn: only an RTT measured on a packet sent once may shrink a
+// backed-off RTO. Progress on resent packets alone keeps it, or a host
+// slower than the RTO would resend every packet, sample none, and never
+// learn.
+func (l *lossRecovery) onProgress() {
+	if l.freshSample {
+		l.backoff, l.freshSample = 0, false
+	}
+	l.disarm()
+}
+
+// spurious reports whether a resend sent at resentAt and acknowledged at
+// now was acknowledged sooner than it could have been: the original
+// arrived, and the timeout that resent it was spurious (Eifel).
+func (l *lossRecovery) spurious(resentAt, now int64) bool {
+	return resentAt != 0 && now-resentAt < l.rtt.minRTT/2
+}
+
+// onSpuriousTimeout undoes a timeout's backoff.
+func (l *lossRecovery) onSpuriousTimeout() { l.backoff = 0 }
+
+// probeFloor is the soonest a loss probe may fire: fast only on a path
+// that lost packets within lossMemory.
+func (l *lossRecovery) probeFloor(now int64) int64 {
+	if l.lossAt != 0 && now-l.lossAt < lossMemory {
+		return 0
+	}
+	return quietProbeFloor
+}
+
+// lossSuspected notes a resend of psn that a timer made: the path lost
+// something, unless the responder reports psn arrived twice.
+func (l *lossRecovery) lossSuspected(psn uint32, now int64) {
+	if !l.suspected || psn != l.probedPSN {
+		l.lossUndo, l.suspected = l.lossAt, true
+	}
+	l.lossAt, l.probedPSN = now, psn
+}
+
+// lossProven notes evidence that the path lost a packet: it is not undone.
+func (l *lossRecovery) lossProven(now int64) {
+	l.lossAt, l.suspected = now, false
+}
+
+// onDuplicateReported takes a D-SACK: the responder got psn twice. If that
+// was the last timer resend, it repaired nothing: a host stalled, not the
+// path, and the path counts as clean as it was.
+func (l *lossRecovery) onDuplicateReported(psn uint32) {
+	if l.suspected && psn == l.probedPSN {
+		l.lossAt, l.suspected = l.lossUndo, false
+	}
+}

@@ -1,0 +1,143 @@
+package vroce
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// A requester probes for a lost tail after quietProbeFloor until the path
+// shows it loses packets; then after two RTTs, for lossMemory. A probe the
+// responder reports as a duplicate (a D-SACK) shows nothing, and is
+// undone.
+func TestProbeFloorFollowsTheLossesThePathShows(t *testing.T) {
+	var r lossRecovery
+	r.rtt.sample(20_000) // a 20 us path: a fast probe comes well under 1 ms
+	fast := r.rtt.pto(0)
+	if fast >= quietProbeFloor {
+		t.Fatalf("fast probe timeout %d ns, want under the quiet floor", fast)
+	}
+	check := func(what string, now, want int64) {
+		t.Helper()
+		if got := r.rtt.pto(r.probeFloor(now)); got != want {
+			t.Fatalf("%s: probe after %d ns, want %d", what, got, want)
+		}
+	}
+	now := int64(10 * lossMemory)
+	check("clean path", now, quietProbeFloor)
+
+	r.lossSuspected(100, now) // a probe resends PSN 100
+	check("a probe, not yet answered", now+1, fast)
+	r.onDuplicateReported(100)
+	check("the probe's PSN arrived twice", now+2, quietProbeFloor)
+
+	r.lossSuspected(101, now+3)
+	r.lossSuspected(101, now+4) // probed again: the same suspicion
+	r.onDuplicateReported(99)   // some other duplicate: no news on 101
+	check("D-SACK of another PSN", now+5, fast)
+	r.onDuplicateReported(101)
+	check("both probes of 101 undone", now+6, quietProbeFloor)
+
+	r.lossSuspected(102, now+7)
+	r.lossSuspected(103, now+8) // 102 drew no D-SACK: it was lost
+	r.onDuplicateReported(103)
+	check("103 undone, 102 stands", now+9, fast)
+	check("lossMemory after 102", now+7+lossMemory, quietProbeFloor)
+
+	r.lossProven(now + 10) // a SACK showed a hole
+	r.onDuplicateReported(103)
+	check("proven loss survives a late D-SACK", now+11, fast)
+	check("proven loss forgotten after lossMemory", now+10+lossMemory, quietProbeFloor)
+}
+
+// recoveryOn20us is loss recovery on a 20 us path (SRTT 20 us, RTTVAR 10
+// us, minimum 20 us) whose last loss is long past.
+func recoveryOn20us() *lossRecovery {
+	var l lossRecovery
+	l.sample(20_000)
+	return &l
+}
+
+// The probe comes a PTO after the send and ahead of the RTO; a quiet path
+// waits quietProbeFloor for it. The deadlines are exact.
+func TestRecoveryArmsTheProbeAheadOfTheRTO(t *testing.T) {
+	l := recoveryOn20us()
+	const now = 10 * lossMemory
+	l.arm(now, 0, 0, false)
+	assert.Equal(t, int64(now+minRTO), l.rtoAt, "SRTT + 4 RTTVAR is under the 5 ms floor")
+	assert.Equal(t, int64(now+quietProbeFloor), l.probeAt, "a clean path probes after 1 ms")
+	assert.Equal(t, l.probeAt, l.lossDetectionTimeout())
+
+	l.arm(now+500_000, 0, 0, false)
+	assert.Equal(t, int64(now+minRTO), l.rtoAt, "arming again moves no running deadline")
+	assert.Equal(t, int64(now+quietProbeFloor), l.probeAt)
+
+	l.disarm()
+	l.lossProven(now)
+	l.arm(now, 0, 0, false)
+	assert.Equal(t, int64(now+20_000+4*10_000+rttNoise), l.probeAt, "a lossy path probes after SRTT + 4 RTTVAR (over two RTTs here)")
+
+	l.disarm()
+	l.arm(now, 0, 0, true)
+	assert.Zero(t, l.probeAt, "queued resends draw the SACK a probe would")
+}
+
+// The scheduler's recent delay is added to both deadlines; the verbs
+// timeout caps the RTO, and the probe stays a quarter RTO before it.
+func TestRecoveryAllowsForTheSchedulerAndTheVerbsTimeout(t *testing.T) {
+	l := recoveryOn20us()
+	const now, wait = int64(1e12), int64(2_000_000)
+	l.arm(now, wait, 0, false)
+	assert.Equal(t, now+minRTO+wait, l.rtoAt)
+	assert.Equal(t, now+quietProbeFloor+wait, l.probeAt)
+
+	l.disarm()
+	const ceiling = 4096 << 10 // Timeout 10: 4.19 ms
+	l.arm(now, 3*wait/2, ceiling, false)
+	assert.Equal(t, now+ceiling, l.rtoAt)
+	assert.Equal(t, now+ceiling-ceiling/4, l.probeAt, "never after three quarters of the RTO")
+}
+
+// Deadlines fire in order: the probe, then the RTO, which backs off; a
+// backed-off RTO arms no probe, and the next timeout presumes everything
+// lost. Progress with a fresh sample ends the backoff (Karn), progress
+// without one does not.
+func TestRecoveryTimeoutsFireInOrderAndBackOff(t *testing.T) {
+	l := recoveryOn20us()
+	const now = int64(1e12)
+	l.arm(now, 0, 0, false)
+	assert.Equal(t, noTimeout, l.onLossDetectionTimeout(now+quietProbeFloor-1))
+	assert.Equal(t, probeTimeout, l.onLossDetectionTimeout(now+quietProbeFloor))
+	assert.Zero(t, l.probeAt)
+	assert.Equal(t, int64(now+minRTO), l.lossDetectionTimeout(), "the RTO still runs")
+	assert.Equal(t, firstTimeout, l.onLossDetectionTimeout(now+minRTO))
+	assert.Equal(t, 1, l.backoff)
+	assert.Zero(t, l.lossDetectionTimeout())
+
+	t1 := now + minRTO
+	l.arm(t1, 0, 0, false)
+	assert.Equal(t, t1+2*minRTO, l.rtoAt, "backed off once: doubled")
+	assert.Zero(t, l.probeAt, "no probe while backed off")
+	assert.Equal(t, repeatedTimeout, l.onLossDetectionTimeout(t1+2*minRTO))
+	assert.Equal(t, 2, l.backoff)
+
+	l.onProgress()
+	assert.Equal(t, 2, l.backoff, "progress on resent packets alone keeps the backoff")
+	l.sample(20_000)
+	l.onProgress()
+	assert.Zero(t, l.backoff, "a fresh sample ends it")
+	assert.Zero(t, l.lossDetectionTimeout(), "progress disarms; the next send arms again")
+}
+
+// A resend acknowledged within half the minimum RTT of leaving cannot be
+// what the peer acknowledged: the original was, and the timeout was
+// spurious.
+func TestRecoveryTellsASpuriousTimeout(t *testing.T) {
+	l := recoveryOn20us()
+	assert.True(t, l.spurious(100_000, 109_999))
+	assert.False(t, l.spurious(100_000, 110_000))
+	assert.False(t, l.spurious(0, 5_000), "no resend was acknowledged")
+	l.backoff = 3
+	l.onSpuriousTimeout()
+	assert.Zero(t, l.backoff)
+}

@@ -1,0 +1,384 @@
+package vroce
+
+import "vroce.dev/vroce/wire"
+
+// The scoreboard: what an RC requester knows of every PSN it has sent and
+// not yet seen delivered in order (IRN's selective repeat, with RACK's
+// loss detection). It takes PSNs and times and knows nothing of QPs, work
+// requests, timers or the window: the requester tells it what it sent, the
+// completer what the responder said, and both read back what to resend.
+
+// pktState is what the requester knows of one PSN in flight.
+type pktState struct {
+	sentAt int64
+	// resends counts the times it was sent again: a resent PSN gives no
+	// RTT sample (Karn), and each resend is a copy the peer may still
+	// hold unread (a timeout's resends, most of all, are often of
+	// packets that were only slow), which the peer budget counts.
+	resends uint8
+	held    bool // SACKed: the responder holds it, do not resend
+	done    bool // delivered: acknowledged, or its READ response or atomic ACK arrived
+	lost    bool // queued to be sent again
+	read    bool // a READ or atomic PSN: delivered only by its response
+	// A READ or atomic PSN awaited by the request whose last PSN is
+	// lastOff PSNs on; that last PSN's left counts the PSNs its request
+	// still awaits (rdRequests counts requests with left > 0). Kept at
+	// the last PSN: sndUna passes it only once the whole request is in.
+	awaited bool
+	lastOff uint8
+	left    uint8
+}
+
+// resent reports whether the PSN was sent more than once.
+func (st *pktState) resent() bool { return st.resends > 0 }
+
+// scoreboard is the per-PSN state of an RC requester's packets in flight.
+// The QP's requester owns it, under qp.mu.
+type scoreboard struct {
+	pk         []pktState // per PSN in [sndUna, sndMax), a power of two long
+	sndUna     uint32     // oldest PSN not known delivered
+	sndMax     uint32     // one past the highest PSN ever sent
+	lostCount  int        // PSNs marked lost and not yet resent
+	lostFrom   uint32     // no PSN below it is marked lost
+	highHeld   uint32     // highest PSN known received (ACK, SACK or response)
+	rackSentAt int64      // latest send time among PSNs known received
+	resends    int        // the sum of pktState.resends over [sndUna, sndMax)
+	// rdRequests counts READ and atomic request packets whose responses
+	// are still awaited: what the responder holds resources for
+	// (max_rd_atomic bounds it, not the work requests, since a READ goes
+	// out as several requests).
+	rdRequests int
+}
+
+// lossThreshold is how many later PSNs must have arrived before a missing
+// one counts as lost by sequence (TCP's duplicate-ACK threshold).
+const lossThreshold = 3
+
+// minReorder is the least time a packet may trail a later one that
+// arrived before it counts as lost by time.
+const minReorder = 10_000
+
+// start begins at psn with nothing in flight.
+func (s *scoreboard) start(psn uint32) {
+	s.sndUna, s.sndMax = psn, psn
+	s.highHeld = psnAdd(psn, -1)
+}
+
+// reset forgets everything in flight, as if every PSN before psn had been
+// delivered (a flush: the work requests are gone).
+func (s *scoreboard) reset(psn uint32) {
+	s.sndUna, s.sndMax = psn, psn
+	s.lostCount, s.resends, s.rdRequests = 0, 0, 0
+}
+
+// pkt is the entry of psn, which must be in [sndUna, sndMax) or the next
+// PSN to send; the scoreboard grows to hold it.
+func (s *scoreboard) pkt(psn uint32) *pktState {
+	need := int(psnDiff(psn, s.sndUna)) + 1
+	if need > len(s.pk) {
+		size := max(64, len(s.pk))
+		for size < need {
+			size *= 2
+		}
+		pk := make([]pktState, size)
+		if len(s.pk) > 0 {
+			for p := s.sndUna; p != s.sndMax; p = psnAdd(p, 1) {
+				pk[p&uint32(size-1)] = s.pk[p&uint32(len(s.pk)-1)]
+			}
+		}
+		s.pk = pk
+	}
+	return &s.pk[psn&uint32(len(s.pk)-1)]
+}
+
+// tracked reports whether psn is on the scoreboard: sent and not yet
+// passed by sndUna. Only such PSNs may be looked up; any other index would
+// alias a live entry of the ring.
+func (s *scoreboard) tracked(psn uint32) bool {
+	return psnDiff(psn, s.sndUna) >= 0 && psnDiff(psn, s.sndMax) < 0
+}
+
+// outstanding reports whether any sent PSN is not yet delivered.
+func (s *scoreboard) outstanding() bool { return s.sndUna != s.sndMax }
+
+// inFlight is how many PSNs were sent and not yet passed by sndUna.
+func (s *scoreboard) inFlight() int { return int(psnDiff(s.sndMax, s.sndUna)) }
+
+// arrived reports whether the responder has psn: delivered or held.
+func (s *scoreboard) arrived(psn uint32) bool {
+	if !s.tracked(psn) {
+		return false
+	}
+	st := s.pkt(psn)
+	return st.done || st.held
+}
+
+// awaitsResponse reports whether psn is a READ or atomic PSN in flight:
+// one a READ response or an atomic ACK may name.
+func (s *scoreboard) awaitsResponse(psn uint32) bool { return s.tracked(psn) && s.pkt(psn).read }
+
+// delivers reports whether psn is in flight and not yet delivered.
+func (s *scoreboard) delivers(psn uint32) bool { return s.tracked(psn) && !s.pkt(psn).done }
+
+// sent records that psn left at now, for the first time or again; read
+// marks a READ or atomic PSN. It reports whether it was a resend.
+func (s *scoreboard) sent(psn uint32, now int64, read bool) (resent bool) {
+	resent = psnDiff(psn, s.sndMax) < 0
+	st := s.pkt(psn)
+	if !resent {
+		*st = pktState{read: read}
+		s.sndMax = psnAdd(psn, 1)
+	} else if st.lost {
+		st.lost = false
+		s.lostCount--
+	}
+	st.sentAt = now
+	if resent && st.resends < 255 {
+		st.resends++
+		s.resends++
+	}
+	return resent
+}
+
+// await records that the request ending at last awaits the response of
+// psn, which an earlier request may have awaited too (a resend asks again
+// for responses presumed lost).
+func (s *scoreboard) await(last, psn uint32) {
+	st := s.pkt(psn)
+	s.release(psn, st)
+	st.awaited, st.lastOff = true, uint8(psnDiff(last, psn))
+	l := s.pkt(last)
+	if l.left == 0 {
+		s.rdRequests++
+	}
+	l.left++
+}
+
+// release stops awaiting psn's response, whose state is st: it came, or
+// is presumed lost.
+func (s *scoreboard) release(psn uint32, st *pktState) {
+	if !st.awaited {
+		return
+	}
+	st.awaited = false
+	if l := s.pkt(psnAdd(psn, int(st.lastOff))); l.left > 0 {
+		l.left--
+		if l.left == 0 {
+			s.rdRequests--
+		}
+	}
+}
+
+// markLost queues psn, whose state is st, to be sent again.
+func (s *scoreboard) markLost(psn uint32, st *pktState) {
+	s.release(psn, st)
+	st.lost = true
+	s.lostCount++
+	if s.lostCount == 1 || psnDiff(psn, s.lostFrom) < 0 {
+		s.lostFrom = psn
+	}
+}
+
+// nextLost finds the oldest PSN marked lost. The scan resumes from
+// lostFrom, below which nothing is marked, so resending k losses costs one
+// pass over the window, not k. Finding none, it forgets the count.
+func (s *scoreboard) nextLost() (uint32, bool) {
+	if s.lostCount == 0 {
+		return 0, false
+	}
+	p := s.lostFrom
+	if psnDiff(p, s.sndUna) < 0 {
+		p = s.sndUna
+	}
+	for ; p != s.sndMax && psnDiff(p, s.sndMax) < 0; p = psnAdd(p, 1) {
+		if s.pkt(p).lost {
+			s.lostFrom = p
+			return p, true
+		}
+	}
+	s.lostCount = 0
+	return 0, false
+}
+
+// abandon takes psn, marked lost, off the scoreboard as delivered: no work
+// request sends it any more.
+func (s *scoreboard) abandon(psn uint32) {
+	st := s.pkt(psn)
+	st.lost, st.done = false, true
+	s.lostCount--
+}
+
+// ackResult is what a cumulative ACK told the scoreboard, for the RTT
+// estimator and loss recovery.
+type ackResult struct {
+	// sampleSentAt is the latest send time of a PSN it delivered that was
+	// sent once and not held (a held one gave its sample when SACKed); 0
+	// if none.
+	sampleSentAt int64
+	// resentSentAt is the latest send time of a resent PSN it delivered;
+	// 0 if none.
+	resentSentAt int64
+	// readsLost counts READ and atomic PSNs it passed without their
+	// response, now marked lost: the responder sent them before the ACK.
+	readsLost int
+}
+
+// ackThrough records a cumulative ACK through psn at now: every SEND and
+// WRITE PSN up to it is delivered, and READ responses that should have
+// come before it by half an RTT (srtt) are lost.
+func (s *scoreboard) ackThrough(psn uint32, now, srtt int64) ackResult {
+	var res ackResult
+	if psnDiff(psn, s.sndUna) < 0 {
+		return res
+	}
+	last := psnAdd(psn, 1)
+	if psnDiff(last, s.sndMax) > 0 {
+		last = s.sndMax
+	}
+	for p := s.sndUna; p != last; p = psnAdd(p, 1) {
+		st := s.pkt(p)
+		if st.done {
+			continue
+		}
+		if st.read {
+			if !st.lost && !st.held && st.sentAt < now-srtt/2 {
+				s.markLost(p, st)
+				res.readsLost++
+			}
+			continue
+		}
+		switch {
+		case st.resent():
+			res.resentSentAt = max(res.resentSentAt, st.sentAt)
+		case !st.held:
+			res.sampleSentAt = max(res.sampleSentAt, st.sentAt)
+		}
+		s.delivered(p)
+	}
+	return res
+}
+
+// delivered marks psn delivered.
+func (s *scoreboard) delivered(psn uint32) {
+	st := s.pkt(psn)
+	if st.done {
+		return
+	}
+	if st.lost {
+		st.lost = false
+		s.lostCount--
+	}
+	st.done = true
+	s.release(psn, st)
+	s.noteReceived(psn, st.sentAt)
+}
+
+// noteReceived updates the evidence loss detection compares against.
+func (s *scoreboard) noteReceived(psn uint32, sentAt int64) {
+	if psnDiff(psn, s.highHeld) > 0 {
+		s.highHeld = psn
+	}
+	s.rackSentAt = max(s.rackSentAt, sentAt)
+}
+
+// onSACK marks the PSNs the responder holds. Each newly held PSN sent only
+// once gives an RTT sample, its send time passed to sample in PSN order.
+func (s *scoreboard) onSACK(sack *wire.SACK, sample func(sentAt int64)) {
+	for _, blk := range sack.Blocks[:sack.N] {
+		for i := uint32(0); i < blk.Count && i < maxWindow; i++ {
+			p := psnAdd(blk.First, int(i))
+			if !s.tracked(p) {
+				continue
+			}
+			st := s.pkt(p)
+			if st.done || st.held {
+				continue
+			}
+			st.held = true
+			if st.lost {
+				st.lost = false
+				s.lostCount--
+			}
+			if !st.resent() {
+				sample(st.sentAt)
+			}
+			s.noteReceived(p, st.sentAt)
+		}
+	}
+}
+
+// detectLosses marks lost every PSN that later evidence says is gone, in
+// the manner of RACK: something sent a quarter RTT (srtt/4) after it has
+// arrived, or three later PSNs sent no earlier than it have. A resent
+// packet is thus judged only by evidence newer than its resend, and a
+// window of a few packets still detects its losses without waiting for a
+// timeout. It returns how many it marked.
+func (s *scoreboard) detectLosses(srtt int64) int {
+	reorder := max(srtt/4, minReorder)
+	found := 0
+	for p := s.sndUna; p != s.sndMax && psnDiff(p, s.highHeld) < 0; p = psnAdd(p, 1) {
+		st := s.pkt(p)
+		if st.done || st.held || st.lost {
+			continue
+		}
+		bySeq := psnDiff(s.highHeld, p) >= lossThreshold && st.sentAt <= s.rackSentAt
+		if !bySeq && st.sentAt+reorder > s.rackSentAt {
+			continue
+		}
+		s.markLost(p, st)
+		found++
+	}
+	return found
+}
+
+// probe queues for resending the oldest PSN neither delivered nor held,
+// or else the newest, and returns it.
+func (s *scoreboard) probe() uint32 {
+	target := psnAdd(s.sndMax, -1)
+	for p := s.sndUna; p != s.sndMax; p = psnAdd(p, 1) {
+		if st := s.pkt(p); !st.done && !st.held {
+			target = p
+			break
+		}
+	}
+	s.markOneLost(target)
+	return target
+}
+
+// markOneLost queues psn for resending, held by the responder or not.
+func (s *scoreboard) markOneLost(psn uint32) {
+	if st := s.pkt(psn); !st.done && !st.lost {
+		st.held = false
+		s.markLost(psn, st)
+	}
+}
+
+// markLostFrom queues every undelivered PSN from psn on to be resent.
+func (s *scoreboard) markLostFrom(psn uint32) {
+	if psnDiff(psn, s.sndUna) < 0 {
+		psn = s.sndUna
+	}
+	for p := psn; psnDiff(p, s.sndMax) < 0; p = psnAdd(p, 1) {
+		st := s.pkt(p)
+		if !st.done && !st.lost {
+			st.held = false
+			s.markLost(p, st)
+		}
+	}
+}
+
+// advance moves sndUna over delivered PSNs and returns how many it
+// passed. A scoreboard left with nothing in flight lets a window's worth
+// of entries go.
+func (s *scoreboard) advance() int {
+	moved := 0
+	for s.sndUna != s.sndMax && s.pkt(s.sndUna).done {
+		s.resends -= int(s.pkt(s.sndUna).resends)
+		s.sndUna = psnAdd(s.sndUna, 1)
+		moved++
+	}
+	if moved > 0 && !s.outstanding() && len(s.pk) > 64 {
+		s.pk = nil
+	}
+	return moved
+}
