@@ -13,31 +13,75 @@ import (
 // work requests in order once sndUna has passed them. It is the
 // requester's other half and shares its state (requester.go).
 
-// onResponse handles an ACK, NAK, READ response or atomic ACK, then sends
-// what the window now allows.
-func (r *requester) onResponse(qp *QP, p *wire.Packet) {
+// ack is an acknowledgement as the responder owes it and the completer
+// takes it, whether it travels as an RC_ACKNOWLEDGE packet (with a SACK
+// trailer, perhaps) or rides on a request (a piggybacked ACK): the PSN it
+// speaks of, the AETH (ACK, RNR NAK or NAK, and the MSN) and the encoded
+// SACK blocks, if any.
+type ack struct {
+	psn  uint32
+	aeth wire.AETH
+	sack []byte
+}
+
+// onResponse handles a response packet at now: an ACK or NAK, a READ
+// response or an atomic ACK.
+func (r *requester) onResponse(qp *QP, p *wire.Packet, now int64) {
 	psn := p.BTH.PSN
-	if !r.names(p) {
+	if p.BTH.Opcode == wire.RCAcknowledge {
+		r.onAck(qp, ack{psn: psn, aeth: p.AETH, sack: p.Payload}, now)
+		return
+	}
+	// A READ response or an atomic ACK names a READ or atomic PSN in
+	// flight (rxe's check_psn); anything else is stale, or forged.
+	if !r.sb.awaitsResponse(psn) {
 		qp.stats.ForgedResponses++
 		return
 	}
-	now := qp.dev.now()
 	una, lost := r.sb.sndUna, r.sb.lostCount
-	switch op := p.BTH.Opcode; op {
-	case wire.RCAcknowledge:
-		r.onAck(qp, p, now)
-	case wire.RCAtomicAcknowledge:
-		r.ackThrough(qp, psnAdd(psn, -1), now)
+	r.ackThrough(qp, psnAdd(psn, -1), now)
+	if p.BTH.Opcode == wire.RCAtomicAcknowledge {
 		if w := qp.sq.find(psn); w != nil && w.op.isAtomic() && r.sb.delivers(psn) {
 			var v [8]byte
 			binary.NativeEndian.PutUint64(v[:], p.AtomicAck)
 			w.scatter(v[:], 0)
 			r.sb.delivered(psn)
 		}
-	default: // READ response
-		r.ackThrough(qp, psnAdd(psn, -1), now)
+	} else {
 		r.onReadResponse(qp, p, now)
 	}
+	r.settle(qp, una, lost, now)
+}
+
+// onAck takes an ACK, RNR NAK or NAK at now, from its own packet or
+// riding on a request.
+func (r *requester) onAck(qp *QP, a ack, now int64) {
+	if !r.acknowledges(a) {
+		qp.stats.ForgedResponses++
+		return
+	}
+	una, lost := r.sb.sndUna, r.sb.lostCount
+	r.takeAck(qp, a, now)
+	r.settle(qp, una, lost, now)
+}
+
+// acknowledges reports whether an ACK speaks of a request this QP sent, as
+// rxe's completer checks (check_psn): a NAK or an RNR NAK names a PSN in
+// flight; an ACK one in flight or the last delivered (a duplicate ACK,
+// which may carry SACK and D-SACK blocks). Anything else is stale, or
+// forged: a NAK for a request never sent, or long since acknowledged,
+// failed the head work request or stalled the send queue.
+func (r *requester) acknowledges(a ack) bool {
+	if a.aeth.Syndrome.Kind() == wire.SyndromeACK {
+		return r.sb.tracked(a.psn) || a.psn == psnAdd(r.sb.sndUna, -1)
+	}
+	return r.sb.tracked(a.psn)
+}
+
+// settle finishes taking a response: sndUna moves over what is delivered,
+// finished work requests complete, and what the window (moved from una) or
+// newly found losses (lost before) allow is sent.
+func (r *requester) settle(qp *QP, una uint32, lost int, now int64) {
 	if qp.state == QPSErr {
 		return
 	}
@@ -49,32 +93,13 @@ func (r *requester) onResponse(qp *QP, p *wire.Packet) {
 	qp.checkDrained()
 }
 
-// names reports whether a response speaks of a request this QP sent, as
-// rxe's completer checks (check_psn): a NAK, an RNR NAK, a READ response
-// or an atomic ACK names a PSN in flight (a READ response or atomic ACK,
-// one of a READ or atomic); an ACK one in flight or the last delivered (a
-// duplicate ACK, which may carry SACK and D-SACK blocks). Anything else
-// is stale, or forged: a NAK for a request never sent, or long since
-// acknowledged, failed the head work request or stalled the send queue.
-func (r *requester) names(p *wire.Packet) bool {
-	psn := p.BTH.PSN
-	switch op := p.BTH.Opcode; {
-	case op == wire.RCAcknowledge && p.AETH.Syndrome.Kind() == wire.SyndromeACK:
-		return r.sb.tracked(psn) || psn == psnAdd(r.sb.sndUna, -1)
-	case op == wire.RCAcknowledge:
-		return r.sb.tracked(psn)
-	default: // READ responses, atomic ACKs
-		return r.sb.awaitsResponse(psn)
-	}
-}
-
-func (r *requester) onAck(qp *QP, p *wire.Packet, now int64) {
-	psn, syn := p.BTH.PSN, p.AETH.Syndrome
+func (r *requester) takeAck(qp *QP, a ack, now int64) {
+	psn, syn := a.psn, a.aeth.Syndrome
 	switch syn.Kind() {
 	case wire.SyndromeACK:
 		r.ackThrough(qp, psn, now)
 		var sack wire.SACK
-		if len(p.Payload) > 0 && wire.ParseSACK(&sack, p.Payload) {
+		if len(a.sack) > 0 && wire.ParseSACK(&sack, a.sack) {
 			qp.stats.SACKsRecv++
 			if first := sack.Blocks[0]; sack.N > 0 && first.Count == 1 && psnDiff(first.First, psn) <= 0 {
 				r.rec.onDuplicateReported(first.First) // below the cumulative ACK: a D-SACK

@@ -248,14 +248,13 @@ func (d *Device) flowTo(dst netip.AddrPort) (wire.Flow, error) {
 func (d *Device) rxLoop() {
 	defer d.wg.Done()
 	t := &d.turn
-	out := d.getBatch()
-	defer d.putBatch(out)
-	var due []*CQ // the handlers a batch made due, reused
+	rb := &rxBatch{out: d.getBatch()}
+	defer d.putBatch(rb.out)
 	handing := false
 	deliver := func(n int) bool {
-		due = d.handleBatch(t.batch(n), out, due)
+		d.handleBatch(t.batch(n), rb)
 		handing = d.handOver()
-		d.settle(out, handing)
+		d.settle(rb, handing)
 		return !handing
 	}
 	for {
@@ -272,11 +271,11 @@ func (d *Device) rxLoop() {
 		if err == nil {
 			if handing {
 				handing = false
-				d.releaseTurn(out)
-				if !d.awaitTurn(out) {
+				d.releaseTurn(rb)
+				if !d.awaitTurn(rb) {
 					return
 				}
-				d.sendLeftOwed(out)
+				d.sendLeftOwed(rb)
 			}
 			continue
 		}
@@ -289,71 +288,6 @@ func (d *Device) rxLoop() {
 			return
 		}
 	}
-}
-
-// handleBatch hands each received packet to its QP and runs the
-// completion handlers the batch made due. due is scratch space, returned
-// for reuse.
-func (d *Device) handleBatch(pkts []Packet, out *txBatch, due []*CQ) []*CQ {
-	d.handlers.begin()
-	for i := range pkts {
-		d.receive(&pkts[i], out)
-	}
-	if due = d.handlers.end(due); len(due) > 0 {
-		d.handedOff.Store(true) // a handler may have woken someone
-	}
-	return due
-}
-
-// settle sends what a receive batch owes: its coalesced ACKs, then the
-// batch. A holder that gives up the turn to the goroutine whose work the
-// batch completed (keep) leaves owed the ACKs of QPs whose program
-// answers before it waits again (responder.replies): the answer carries
-// them (wire.PiggyACK), and the next holder sends what is left. Otherwise,
-// when the batch woke a goroutine, it first lets it run, for the same
-// reason.
-func (d *Device) settle(out *txBatch, keep bool) {
-	if d.handedOff.Swap(false) && out.piggy && !keep {
-		d.yield.yield()
-	}
-	out.piggy = false
-	kept := out.acks[:0]
-	for i, qp := range out.acks {
-		out.acks[i] = nil
-		if keep && qp.leavesAckOwed() {
-			kept = append(kept, qp)
-			continue
-		}
-		qp.sendOwedAck(out)
-	}
-	out.acks = kept
-	d.flush(out)
-}
-
-// sendLeftOwed sends the ACKs a holder of the turn left owed (taken into
-// out.acks with the turn), learning from each whether a request carried
-// it in the meantime.
-func (d *Device) sendLeftOwed(out *txBatch) {
-	for i, qp := range out.acks {
-		qp.mu.Lock()
-		if qp.resp.ackPending {
-			qp.resp.replies = false // nothing answered in time
-		}
-		qp.resp.ackQueued = false
-		qp.sendOwedAckLocked(out)
-		qp.mu.Unlock()
-		out.acks[i] = nil
-	}
-	out.acks = out.acks[:0]
-	d.flush(out)
-}
-
-// leavesAckOwed reports whether the QP's owed ACK may wait for a request
-// to carry it.
-func (qp *QP) leavesAckOwed() bool {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.resp.replies && qp.attr.PiggybackACK && qp.resp.ackPending
 }
 
 // yieldGate lets the receive goroutine yield to the goroutines a batch
@@ -407,7 +341,7 @@ func (d *Device) failQPs() {
 }
 
 // receive checks one packet and hands it to the QP it is for.
-func (d *Device) receive(pkt *Packet, out *txBatch) {
+func (d *Device) receive(pkt *Packet, rb *rxBatch) {
 	d.stats.rxPackets.Add(1)
 	if d.pcap != nil {
 		d.pcap.record(wire.Flow{Src: pkt.Addr, Dst: d.local}, pkt.Data)
@@ -435,7 +369,7 @@ func (d *Device) receive(pkt *Packet, out *txBatch) {
 	if qp.typ != RC && !d.checkICRC(pkt) { // an RC QP checks with its own Sealer
 		return
 	}
-	qp.receive(&p, pkt.Data, pkt.Addr, out)
+	qp.receive(&p, pkt.Data, pkt.Addr, rb)
 }
 
 // pkeyMatches is IBA's partition check (9.6.1.1.3): the keys, less their
@@ -495,9 +429,7 @@ type txBatch struct {
 	pkts  []Packet
 	flows []wire.Flow
 	bufs  [][]byte
-	size  int   // of each buffer: the device's largest packet
-	acks  []*QP // receive batches only: QPs owing a coalesced ACK
-	piggy bool  // one of them could piggyback it on a reply
+	size  int // of each buffer: the device's largest packet
 }
 
 func newTxBatch(n, size int) *txBatch {
@@ -531,6 +463,10 @@ func (b *txBatch) add(flow wire.Flow, n int) {
 	b.flows = append(b.flows, flow)
 }
 
+// A packet of a QP's is counted in its QPStats.TxPackets where it is
+// added (addLent, addSealed; UD's add), under the QP's lock: a batch may
+// hold several QPs' packets, and whoever finds it full sends them all.
+
 // addLent queues a packet of qp's built in buf() with hl bytes of headers,
 // whose payload body is lent from registered memory: the provider sends
 // it from there, then the rest of the buffer: trailer bytes already
@@ -543,6 +479,7 @@ func (b *txBatch) addLent(qp *QP, hl int, body []byte, trailer int) {
 	qp.txSeal.SealSplit(head, body, tail)
 	b.pkts = append(b.pkts, Packet{Data: head, Body: body, Tail: tail, Addr: qp.flow.Dst, Coalesce: qp.attr.SelectiveRepeat})
 	b.flows = append(b.flows, qp.flow)
+	qp.stats.TxPackets++
 }
 
 // joinLone copies the payload of a batch's only packet, lent from
@@ -592,6 +529,7 @@ func (b *txBatch) addSealed(qp *QP, n int, coalesce bool) {
 	qp.txSeal.Seal(data)
 	b.pkts = append(b.pkts, Packet{Data: data, Addr: qp.flow.Dst, Coalesce: coalesce})
 	b.flows = append(b.flows, qp.flow)
+	qp.stats.TxPackets++
 }
 
 // EventType is the kind of an asynchronous event (ibv_event_type).

@@ -49,9 +49,10 @@ func TestPiggyACKOnlyWhereNegotiated(t *testing.T) {
 			t.Fatal(err)
 		}
 		(wire.Flow{Src: peer, Dst: d.local}).Seal(b[:n])
-		out := d.getBatch()
-		d.receive(&Packet{Data: b[:n], Addr: peer}, out)
-		d.putBatch(out)
+		rb := &rxBatch{out: d.getBatch()}
+		d.receive(&Packet{Data: b[:n], Addr: peer}, rb)
+		d.settle(rb, false)
+		d.putBatch(rb.out)
 	}
 	wc := make([]WorkCompletion, 1)
 	deliver(true)

@@ -92,6 +92,15 @@ type Provider interface {
 // the kernel (or the ring) whether anything is there may know, inside
 // such a loop, that it need not (see the udp provider). The device then
 // calls RecvEach instead of Recv.
+//
+// The whole upper stack runs inside deliver: the engine answers what a
+// batch brought (ACKs, READ responses, the next requests of a window that
+// opened), completion handlers run, and rsock streams take their data, all
+// before deliver returns. So Send is re-entered from inside RecvEach, on
+// the receiving goroutine, and a BatchReceiver must allow it (it may not
+// hold a lock Send takes while it calls deliver). That is a measured
+// choice: handing each batch to another goroutine to answer cost a
+// wake-up per batch, the largest share of a ping-pong's latency.
 type BatchReceiver interface {
 	Provider
 	// RecvEach receives into pkts as Recv does and calls deliver with how

@@ -608,7 +608,7 @@ func (qp *QP) popRecv() (recvWQE, bool) {
 
 // receive handles one packet addressed to the QP, from src; raw is the
 // packet's bytes, kept if it must wait for its turn.
-func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBatch) {
+func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, rb *rxBatch) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	switch qp.state {
@@ -641,14 +641,14 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, out *txBat
 	qp.stats.RxPackets++
 	if p.BTH.Opcode.Flags()&wire.IsResponse != 0 {
 		if qp.state != QPSRTR {
-			qp.req.onResponse(qp, p)
+			qp.req.onResponse(qp, p, qp.dev.now())
 		}
 		return
 	}
 	if p.BTH.PiggyACK {
 		qp.onPiggyACK(p)
 	}
-	qp.resp.onRequest(qp, p, raw, out)
+	qp.resp.onRequest(qp, p, raw, rb)
 }
 
 // fromPeer reports whether a packet from src may be the connected
@@ -677,15 +677,13 @@ func (qp *QP) checkICRC(raw []byte) bool {
 	return ok
 }
 
-// onPiggyACK hands the requester the ACK that rode on a request, as if
-// it had come as an RC_ACKNOWLEDGE.
+// onPiggyACK hands the completer the ACK that rode on a request.
 func (qp *QP) onPiggyACK(p *wire.Packet) {
 	if qp.state == QPSRTR { // the requester has not started
 		return
 	}
 	qp.stats.PiggyACKsRecv++
-	ack := wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PKey: p.BTH.PKey, DestQP: p.BTH.DestQP, PSN: p.Piggy.PSN}, AETH: p.Piggy.AETH}
-	qp.req.onResponse(qp, &ack)
+	qp.req.onAck(qp, ack{psn: p.Piggy.PSN, aeth: p.Piggy.AETH}, qp.dev.now())
 }
 
 // kick sends what the send queue can send now, under qp.mu.
@@ -699,20 +697,14 @@ func (qp *QP) kickAt(now int64) {
 	} else {
 		qp.req.pump(qp, b, now)
 	}
-	qp.sendBatch(b)
-	qp.dev.putBatch(b)
-}
-
-// sendBatch sends b now, counting it against the QP.
-func (qp *QP) sendBatch(b *txBatch) {
-	qp.stats.TxPackets += uint64(len(b.pkts))
 	qp.dev.flush(b)
+	qp.dev.putBatch(b)
 }
 
 // emit makes room for one more packet in b, sending it if full.
 func (qp *QP) emit(b *txBatch) []byte {
 	if b.full() {
-		qp.sendBatch(b)
+		qp.dev.flush(b)
 	}
 	return b.buf()
 }
@@ -726,7 +718,7 @@ func (qp *QP) onTimer(now int64) {
 	}
 	b := qp.dev.getBatch()
 	qp.req.onTimer(qp, now, b)
-	qp.sendBatch(b)
+	qp.dev.flush(b)
 	qp.dev.putBatch(b)
 }
 

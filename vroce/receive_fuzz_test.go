@@ -115,14 +115,10 @@ func FuzzQPReceive(f *testing.F) {
 		pkt[9], pkt[10], pkt[11] = byte(psn>>16)|pkt[9]&0x80, byte(psn>>8), byte(psn)
 		pkt[8] &= 0x81 // AckReq and PiggyACK; the other reserved bits clear
 		flow.Seal(pkt)
-		out := d.getBatch()
-		d.receive(&Packet{Data: pkt, Addr: peer}, out)
-		for _, q := range out.acks {
-			q.sendOwedAck(out)
-		}
-		out.acks = out.acks[:0]
-		d.flush(out)
-		d.putBatch(out)
+		rb := &rxBatch{out: d.getBatch()}
+		d.receive(&Packet{Data: pkt, Addr: peer}, rb)
+		d.settle(rb, false)
+		d.putBatch(rb.out)
 		drain := make([]WorkCompletion, 64)
 		for {
 			if n, _ := cq.Poll(drain); n == 0 {

@@ -87,31 +87,31 @@ func (r *responder) release(qp *QP) {
 	}
 }
 
-func (r *responder) onRequest(qp *QP, p *wire.Packet, raw []byte, out *txBatch) {
+func (r *responder) onRequest(qp *QP, p *wire.Packet, raw []byte, rb *rxBatch) {
 	switch d := psnDiff(p.BTH.PSN, r.ePSN); {
 	case d > 0:
 		qp.stats.OutOfSequence++
 		if r.sr {
 			r.hold(qp, p.BTH.PSN, raw)
-			r.owesAck(qp, out)
+			r.owesAck(qp, rb)
 			return
 		}
 		if !r.nakSent {
 			r.nakSent = true
 			qp.stats.SeqNAKsSent++
-			r.sendAck(qp, out, wire.NAK(wire.NAKPSNSequenceError), r.ePSN)
+			r.sendAck(qp, rb.out, wire.NAK(wire.NAKPSNSequenceError), r.ePSN)
 		}
 	case d < 0:
 		qp.stats.Duplicates++
-		r.onDuplicate(qp, p, out)
+		r.onDuplicate(qp, p, rb)
 	default:
 		r.nakSent = false
-		r.execute(qp, p, out)
+		r.execute(qp, p, rb)
 		if r.heldN > 0 {
 			// A gap filled: the requester must hear it at once, whatever
 			// the packets asked.
-			r.drain(qp, out)
-			r.owesAck(qp, out)
+			r.drain(qp, rb)
+			r.owesAck(qp, rb)
 		}
 	}
 }
@@ -158,7 +158,7 @@ func (r *responder) free(qp *QP, h *heldPacket) {
 }
 
 // drain executes held requests that are now in order.
-func (r *responder) drain(qp *QP, out *txBatch) {
+func (r *responder) drain(qp *QP, rb *rxBatch) {
 	defer r.shrink()
 	for r.heldN > 0 && qp.state != QPSErr {
 		h := &r.held[r.ePSN&(maxWindow-1)]
@@ -174,7 +174,7 @@ func (r *responder) drain(qp *QP, out *txBatch) {
 		var p wire.Packet
 		before := r.ePSN
 		if wire.Parse(&p, *buf) == nil {
-			r.execute(qp, &p, out)
+			r.execute(qp, &p, rb)
 		}
 		r.heldBytes -= cap(*buf) // executed: the packet is done with
 		qp.dev.held.give(buf)
@@ -225,7 +225,7 @@ func (r *responder) sack(s *wire.SACK) {
 	}
 }
 
-func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
+func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch) {
 	f := p.BTH.Opcode.Flags()
 	first, last := f&wire.IsFirst != 0, f&wire.IsLast != 0
 	// Opcode sequence: a message's packets come FIRST, MIDDLE..., LAST.
@@ -239,13 +239,13 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 		inSeq = !r.inSend && !r.inWrite
 	}
 	if !inSeq {
-		r.abort(qp, p, out, wire.NAKInvalidRequest, WCRemInvReqErr)
+		r.abort(qp, p, rb, wire.NAKInvalidRequest, WCRemInvReqErr)
 		return
 	}
 	mtu := qp.mtu
 	// Every packet but a message's last carries exactly one MTU.
 	if f&wire.HasPayload != 0 && (len(p.Payload) > mtu || (!last && len(p.Payload) != mtu)) {
-		r.abort(qp, p, out, wire.NAKInvalidRequest, WCRemInvReqErr)
+		r.abort(qp, p, rb, wire.NAKInvalidRequest, WCRemInvReqErr)
 		return
 	}
 	access := qp.attr.AccessFlags
@@ -254,13 +254,13 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 		if first {
 			w, ok := qp.popRecv()
 			if !ok {
-				r.rnr(qp, p, out)
+				r.rnr(qp, p, rb)
 				return
 			}
 			r.recv, r.recvOff, r.inSend = w, 0, true
 		}
 		if r.recvOff+len(p.Payload) > r.recv.total {
-			r.abort(qp, p, out, wire.NAKInvalidRequest, WCLocLenErr)
+			r.abort(qp, p, rb, wire.NAKInvalidRequest, WCLocLenErr)
 			return
 		}
 		scatter(r.recv.first, r.recv.more, p.Payload, r.recvOff)
@@ -274,7 +274,7 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 		dst, at := r.write, r.writeGot
 		if first {
 			if access&AccessRemoteWrite == 0 {
-				r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+				r.abort(qp, p, rb, wire.NAKRemoteAccessError, WCWRFlushErr)
 				return
 			}
 			s, ok := span{}, true
@@ -282,14 +282,14 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 				s, ok = qp.dev.lookupRemote(p.RETH.RKey, qp.pd, AccessRemoteWrite, p.RETH.VA, uint64(p.RETH.DMALen))
 			}
 			if !ok {
-				r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+				r.abort(qp, p, rb, wire.NAKRemoteAccessError, WCWRFlushErr)
 				return
 			}
 			dst, at = s, 0
 		}
 		got := at + len(p.Payload)
 		if got > dst.n || (last && got != dst.n) {
-			r.abort(qp, p, out, wire.NAKInvalidRequest, WCWRFlushErr)
+			r.abort(qp, p, rb, wire.NAKInvalidRequest, WCWRFlushErr)
 			return
 		}
 		// RNR is decided before any state changes: the requester resends
@@ -297,7 +297,7 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 		if f&wire.ConsumesRecv != 0 {
 			w, ok := qp.popRecv()
 			if !ok {
-				r.rnr(qp, p, out)
+				r.rnr(qp, p, rb)
 				return
 			}
 			r.recv = w
@@ -313,20 +313,20 @@ func (r *responder) execute(qp *QP, p *wire.Packet, out *txBatch) {
 	case p.BTH.Opcode == wire.RCReadRequest:
 		s, ok := r.readSpan(qp, p)
 		if !ok {
-			r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+			r.abort(qp, p, rb, wire.NAKRemoteAccessError, WCWRFlushErr)
 			return
 		}
 		r.msn++
-		n := r.sendReadResponses(qp, out, s, p.BTH.PSN, -1)
+		n := r.sendReadResponses(qp, rb.out, s, p.BTH.PSN, -1)
 		r.ePSN = psnAdd(r.ePSN, n)
 		return
 	case f&wire.IsAtomic != 0:
-		r.executeAtomic(qp, p, out)
+		r.executeAtomic(qp, p, rb)
 		return
 	}
 	r.ePSN = psnAdd(r.ePSN, 1)
 	if p.BTH.AckReq {
-		r.owesAck(qp, out)
+		r.owesAck(qp, rb)
 	}
 }
 
@@ -349,19 +349,19 @@ func (r *responder) completeRecv(qp *QP, p *wire.Packet, op WCOpcode, n int) {
 	qp.complete(qp.recvCQ, &wc)
 }
 
-func (r *responder) executeAtomic(qp *QP, p *wire.Packet, out *txBatch) {
+func (r *responder) executeAtomic(qp *QP, p *wire.Packet, rb *rxBatch) {
 	a := &p.Atomic
 	if qp.attr.AccessFlags&AccessRemoteAtomic == 0 {
-		r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+		r.abort(qp, p, rb, wire.NAKRemoteAccessError, WCWRFlushErr)
 		return
 	}
 	if a.VA%8 != 0 {
-		r.abort(qp, p, out, wire.NAKInvalidRequest, WCWRFlushErr)
+		r.abort(qp, p, rb, wire.NAKInvalidRequest, WCWRFlushErr)
 		return
 	}
 	s, ok := qp.dev.lookupRemote(a.RKey, qp.pd, AccessRemoteAtomic, a.VA, 8)
 	if !ok {
-		r.abort(qp, p, out, wire.NAKRemoteAccessError, WCWRFlushErr)
+		r.abort(qp, p, rb, wire.NAKRemoteAccessError, WCWRFlushErr)
 		return
 	}
 	mem := s.bytes()
@@ -381,13 +381,13 @@ func (r *responder) executeAtomic(qp *QP, p *wire.Packet, out *txBatch) {
 	r.atomicNext = (r.atomicNext + 1) % len(r.atomics)
 	r.msn++
 	r.ePSN = psnAdd(r.ePSN, 1)
-	r.sendAtomicAck(qp, out, p.BTH.PSN, orig)
+	r.sendAtomicAck(qp, rb.out, p.BTH.PSN, orig)
 }
 
 // onDuplicate answers a request already executed: SENDs and WRITEs with an
 // ACK of the last PSN, READs by reading again (memory reads are
 // idempotent), atomics from the result cache, never by executing again.
-func (r *responder) onDuplicate(qp *QP, p *wire.Packet, out *txBatch) {
+func (r *responder) onDuplicate(qp *QP, p *wire.Packet, rb *rxBatch) {
 	op := p.BTH.Opcode
 	switch {
 	case op == wire.RCReadRequest:
@@ -401,11 +401,11 @@ func (r *responder) onDuplicate(qp *QP, p *wire.Packet, out *txBatch) {
 		}
 		allowed := r.dupReadBudget(qp, max(n, 1))
 		qp.stats.DupReadLimited += uint64(max(n, 1) - allowed)
-		r.sendReadResponses(qp, out, s, p.BTH.PSN, allowed)
+		r.sendReadResponses(qp, rb.out, s, p.BTH.PSN, allowed)
 	case op.Flags()&wire.IsAtomic != 0:
 		for _, a := range r.atomics {
 			if a.valid && a.psn == p.BTH.PSN {
-				r.sendAtomicAck(qp, out, a.psn, a.orig)
+				r.sendAtomicAck(qp, rb.out, a.psn, a.orig)
 				return
 			}
 		}
@@ -413,7 +413,7 @@ func (r *responder) onDuplicate(qp *QP, p *wire.Packet, out *txBatch) {
 		if r.sr {
 			r.dupPSN, r.dupOwed = p.BTH.PSN, true
 		}
-		r.owesAck(qp, out)
+		r.owesAck(qp, rb)
 	}
 }
 
@@ -450,15 +450,15 @@ func (r *responder) dupReadBudget(qp *QP, n int) int {
 
 // rnr refuses a request that found no receive posted: the requester
 // retries the same PSN after the QP's min_rnr_timer.
-func (r *responder) rnr(qp *QP, p *wire.Packet, out *txBatch) {
+func (r *responder) rnr(qp *QP, p *wire.Packet, rb *rxBatch) {
 	qp.stats.RNRNAKsSent++
-	r.sendAck(qp, out, wire.RNRNAK(qp.attr.MinRNRTimer), p.BTH.PSN)
+	r.sendAck(qp, rb.out, wire.RNRNAK(qp.attr.MinRNRTimer), p.BTH.PSN)
 }
 
 // abort NAKs a request that can never succeed and moves the QP to ERR; a
 // receive the message was filling completes with recvStatus.
-func (r *responder) abort(qp *QP, p *wire.Packet, out *txBatch, code uint8, recvStatus WCStatus) {
-	r.sendAck(qp, out, wire.NAK(code), p.BTH.PSN)
+func (r *responder) abort(qp *QP, p *wire.Packet, rb *rxBatch, code uint8, recvStatus WCStatus) {
+	r.sendAck(qp, rb.out, wire.NAK(code), p.BTH.PSN)
 	if r.inSend || r.recv.first.mr != nil {
 		qp.complete(qp.recvCQ, &WorkCompletion{ID: r.recv.id, Status: recvStatus, Opcode: WCRecv, QPN: qp.qpn})
 		r.recv, r.inSend = recvWQE{}, false
@@ -470,16 +470,19 @@ func (r *responder) abort(qp *QP, p *wire.Packet, out *txBatch, code uint8, recv
 	qp.fail(ev)
 }
 
-// owesAck queues one ACK for this QP, sent when the receive batch ends:
+// owesAck owes one ACK for this QP, sent when the receive batch rb ends:
 // however many packets of the batch asked, the requester gets one
 // cumulative ACK.
-func (r *responder) owesAck(qp *QP, out *txBatch) {
+func (r *responder) owesAck(qp *QP, rb *rxBatch) {
 	r.ackPending = true
-	out.piggy = out.piggy || qp.attr.PiggybackACK
-	if !r.ackQueued {
-		r.ackQueued = true
-		out.acks = append(out.acks, qp)
-	}
+	rb.oweAck(qp)
+}
+
+// owed is the cumulative ACK the responder owes, as the requester's
+// completer takes it: every request through ePSN-1 executed, and the MSN.
+// Its SACK blocks are the sender's to add (sendOwedAckLocked).
+func (r *responder) owed() ack {
+	return ack{psn: psnAdd(r.ePSN, -1), aeth: wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn}}
 }
 
 // sendOwedAck sends the coalesced ACK, if one is still owed.
@@ -508,8 +511,8 @@ func (qp *QP) sendOwedAckLocked(out *txBatch) {
 		if s.N > 0 {
 			qp.stats.SACKsSent++
 		}
-		r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: psnAdd(r.ePSN, -1)},
-			AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}}, &s)
+		a := r.owed()
+		r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: a.psn}, AETH: a.aeth}, &s)
 	}
 }
 
@@ -525,8 +528,9 @@ func (r *responder) piggyback(qp *QP, p *wire.Packet) {
 		return
 	}
 	r.ackPending = false
+	a := r.owed()
 	p.BTH.PiggyACK = true
-	p.Piggy = wire.PiggyACK{PSN: psnAdd(r.ePSN, -1), AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn}}
+	p.Piggy = wire.PiggyACK{PSN: a.psn, AETH: a.aeth}
 	qp.stats.PiggyACKsSent++
 }
 
@@ -556,7 +560,6 @@ func (r *responder) sendHeaders(qp *QP, out *txBatch, p *wire.Packet, s *wire.SA
 		n += s.Encode(buf[n:])
 	}
 	out.addSealed(qp, wire.Finish(buf, n), false) // ACKs leave one by one
-	qp.stats.TxPackets++
 }
 
 // sendReadResponses sends s as READ responses starting at psn and returns
@@ -590,7 +593,6 @@ func (r *responder) sendReadResponses(qp *QP, out *txBatch, s span, psn uint32, 
 			copy(buf[hl:hl+size], s.bytes()[off:])
 		}
 		out.addFor(qp, wire.Finish(buf, hl+size))
-		qp.stats.TxPackets++
 	}
 	return n
 }

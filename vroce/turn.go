@@ -109,24 +109,24 @@ func (t *receiveTurn) batch(n int) []Packet {
 	return t.pkts[:n]
 }
 
-// takeOwedLocked moves the ACKs the last holder left owed into out.
-func (t *receiveTurn) takeOwedLocked(out *txBatch) {
-	out.acks = append(out.acks, t.owed...)
+// takeOwedLocked moves the ACKs the last holder left owed into rb.
+func (t *receiveTurn) takeOwedLocked(rb *rxBatch) {
+	rb.acks = append(rb.acks, t.owed...)
 	clear(t.owed)
 	t.owed = t.owed[:0]
 }
 
-// release gives the turn up, leaving out's owed ACKs to the next holder;
+// release gives the turn up, leaving rb's owed ACKs to the next holder;
 // a parked waiter is offered it, and the receive goroutine gets it back
 // after its lease if nobody takes it.
-func (d *Device) releaseTurn(out *txBatch) {
+func (d *Device) releaseTurn(rb *rxBatch) {
 	t := &d.turn
 	now := d.now()
 	t.mu.Lock()
 	t.holder, t.freeSince = turnFree, now
-	t.owed = append(t.owed, out.acks...)
-	clear(out.acks)
-	out.acks = out.acks[:0]
+	t.owed = append(t.owed, rb.acks...)
+	clear(rb.acks)
+	rb.acks = rb.acks[:0]
 	parked := t.parked > 0
 	lease := t.lease
 	t.mu.Unlock()
@@ -141,7 +141,7 @@ func (d *Device) releaseTurn(out *txBatch) {
 
 // awaitTurn blocks the receive goroutine until the turn is its again; it
 // reports false once the device closes.
-func (d *Device) awaitTurn(out *txBatch) bool {
+func (d *Device) awaitTurn(rb *rxBatch) bool {
 	t := &d.turn
 	for {
 		select {
@@ -152,7 +152,7 @@ func (d *Device) awaitTurn(out *txBatch) bool {
 		t.mu.Lock()
 		if t.holder == turnFree {
 			t.holder = turnLoop
-			t.takeOwedLocked(out)
+			t.takeOwedLocked(rb)
 			t.mu.Unlock()
 			return true
 		}
@@ -278,12 +278,14 @@ func (d *Device) wakeHolder(receiving *atomic.Int32) {
 // instead. Once the device is closed it reports ErrClosed.
 func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool) error {
 	t := &d.turn
-	t.mu.Lock()
-	t.takeOwedLocked(out)
-	t.mu.Unlock()
-	d.sendLeftOwed(out)
 	w := &t.session
-	w.out, w.done, w.keep = out, done, false
+	rb := &w.rb // the turn's: one waiter holds it at a time, until releaseTurn
+	rb.out = out
+	t.mu.Lock()
+	t.takeOwedLocked(rb)
+	t.mu.Unlock()
+	d.sendLeftOwed(rb)
+	w.done, w.keep = done, false
 	var err error
 	for ctx.Err() == nil && !d.isClosed() && !done() {
 		pkts := t.buffers()
@@ -299,9 +301,9 @@ func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool)
 			break
 		}
 	}
-	clear(w.due)
-	w.out, w.done = nil, nil
-	d.releaseTurn(out)
+	clear(rb.due)
+	w.done, rb.out = nil, nil
+	d.releaseTurn(rb) // the last look at the session: the turn is free after it
 	if err != nil {
 		t.giveBack()
 	}
@@ -316,8 +318,7 @@ func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool)
 // waiterSession is the state of the waiter holding the turn, kept in the
 // turn so that a receive allocates nothing: one waiter holds it at a time.
 type waiterSession struct {
-	out  *txBatch
-	due  []*CQ
+	rb   rxBatch
 	done func() bool
 	keep bool // the batch that ends the turn leaves its ACKs owed
 }
@@ -326,9 +327,9 @@ type waiterSession struct {
 func (d *Device) deliverToWaiter(n int) bool {
 	w := &d.turn.session
 	d.stats.rxByWaiters.Add(uint64(n))
-	w.due = d.handleBatch(d.turn.batch(n), w.out, w.due)
+	d.handleBatch(d.turn.batch(n), &w.rb)
 	w.keep = w.done()
-	d.settle(w.out, w.keep)
+	d.settle(&w.rb, w.keep)
 	return !w.keep
 }
 

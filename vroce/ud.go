@@ -57,6 +57,7 @@ func (qp *QP) pumpUD(b *txBatch) {
 		hl, _ := p.EncodeHeaders(buf, w.length)
 		w.gather(buf[hl:hl+w.length], 0)
 		b.add(w.ud.flow, wire.Finish(buf, hl+w.length))
+		qp.stats.TxPackets++
 		qp.udPSN = psnAdd(qp.udPSN, 1)
 		w.assigned = true
 		q.next++
