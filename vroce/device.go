@@ -14,7 +14,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"vroce.dev/internal/clock"
 	"vroce.dev/vroce/wire"
@@ -421,115 +420,6 @@ func (d *Device) flush(b *txBatch) {
 		d.stats.txErrors.Add(1)
 	}
 	b.reset()
-}
-
-// txBatch collects packets to send in one provider call. Its buffers are
-// allocated once and reused: building a packet allocates nothing.
-type txBatch struct {
-	pkts  []Packet
-	flows []wire.Flow
-	bufs  [][]byte
-	size  int // of each buffer: the device's largest packet
-}
-
-func newTxBatch(n, size int) *txBatch {
-	n = max(n, 1)
-	return &txBatch{pkts: make([]Packet, 0, n), flows: make([]wire.Flow, 0, n), bufs: make([][]byte, n), size: size}
-}
-
-func (b *txBatch) full() bool { return len(b.pkts) == cap(b.pkts) }
-
-func (b *txBatch) reset() {
-	clear(b.pkts) // let go of lent memory
-	b.pkts = b.pkts[:0]
-	b.flows = b.flows[:0]
-}
-
-// buf returns the buffer for the next packet; the caller must not hold a
-// full batch (flush first).
-func (b *txBatch) buf() []byte {
-	i := len(b.pkts)
-	if b.bufs[i] == nil {
-		b.bufs[i] = make([]byte, b.size)
-	}
-	return b.bufs[i]
-}
-
-// add seals the packet of length n built in buf() and queues it on flow.
-func (b *txBatch) add(flow wire.Flow, n int) {
-	data := b.bufs[len(b.pkts)][:n]
-	flow.Seal(data)
-	b.pkts = append(b.pkts, Packet{Data: data, Addr: flow.Dst})
-	b.flows = append(b.flows, flow)
-}
-
-// A packet of a QP's is counted in its QPStats.TxPackets where it is
-// added (addLent, addSealed; UD's add), under the QP's lock: a batch may
-// hold several QPs' packets, and whoever finds it full sends them all.
-
-// addLent queues a packet of qp's built in buf() with hl bytes of headers,
-// whose payload body is lent from registered memory: the provider sends
-// it from there, then the rest of the buffer: trailer bytes already
-// written after the headers, the pad and the ICRC.
-func (b *txBatch) addLent(qp *QP, hl int, body []byte, trailer int) {
-	buf := b.bufs[len(b.pkts)]
-	tail := buf[hl : hl+trailer+wire.PadCount(len(body))+wire.ICRCLen]
-	clear(tail[trailer:])
-	head := buf[:hl:hl]
-	qp.txSeal.SealSplit(head, body, tail)
-	b.pkts = append(b.pkts, Packet{Data: head, Body: body, Tail: tail, Addr: qp.flow.Dst, Coalesce: qp.attr.SelectiveRepeat})
-	b.flows = append(b.flows, qp.flow)
-	qp.stats.TxPackets++
-}
-
-// joinLone copies the payload of a batch's only packet, lent from
-// registered memory, in behind its headers when the kernel would copy it
-// from there slowly (aliased4K). That is the latency case: a lone
-// datagram, into memory the kernel reuses hot. In a batch of several
-// the kernel writes memory it has not touched lately, which costs what
-// the aliasing would, and the copy here would only add to the sender's
-// work (measured: 64 KiB RDMA WRITEs took 14% more CPU per GiB).
-func (b *txBatch) joinLone() {
-	if len(b.pkts) != 1 {
-		return
-	}
-	p := &b.pkts[0]
-	if len(p.Body) == 0 || !aliased4K(len(p.Data), p.Body) {
-		return
-	}
-	buf := b.bufs[0] // the packet's: Data and Tail are in it
-	hl, n, t := len(p.Data), len(p.Body), len(p.Tail)
-	copy(buf[hl+n:hl+n+t], p.Tail) // the tail follows the headers: out of the payload's way first
-	copy(buf[hl:hl+n], p.Body)
-	p.Data, p.Body, p.Tail = buf[:hl+n+t], nil, nil
-}
-
-// aliased4K reports whether body, sent hl bytes into a datagram, would
-// reach the kernel's copy just behind where it goes, modulo 4 KiB. x86
-// Linux copies from user memory with REP MOVSB, which crawls when the
-// destination runs 1-63 bytes ahead of the source in the low 12 address
-// bits (loads alias the stores before them), and it lays a large
-// datagram out with its payload starting on a page: a payload lent from
-// a page-aligned buffer behind a 12-28-byte header is that case. A
-// packet buffer starts on 64 bytes, so the kernel copies a packet sent
-// whole from one at full speed.
-func aliased4K(hl int, body []byte) bool {
-	r := (hl - int(uintptr(unsafe.Pointer(unsafe.SliceData(body))))) & 4095
-	return r > 0 && r < 64
-}
-
-// addFor is add for a packet of qp's, sealed by the QP's Sealer: one a
-// vRoCE peer receives (the QP negotiated selective repeat) may be
-// coalesced by the provider.
-func (b *txBatch) addFor(qp *QP, n int) { b.addSealed(qp, n, qp.attr.SelectiveRepeat) }
-
-// addSealed is add for a packet of qp's, sealed by the QP's Sealer.
-func (b *txBatch) addSealed(qp *QP, n int, coalesce bool) {
-	data := b.bufs[len(b.pkts)][:n]
-	qp.txSeal.Seal(data)
-	b.pkts = append(b.pkts, Packet{Data: data, Addr: qp.flow.Dst, Coalesce: coalesce})
-	b.flows = append(b.flows, qp.flow)
-	qp.stats.TxPackets++
 }
 
 // EventType is the kind of an asynchronous event (ibv_event_type).

@@ -157,22 +157,6 @@ func (mr *MR) SGE(off, n int) SGE {
 	return SGE{Addr: mr.addr + uint64(off), Length: uint32(n), LKey: mr.lkey}
 }
 
-// span is a validated piece of registered memory.
-type span struct {
-	mr  *MR
-	off int
-	n   int
-}
-
-// bytes is the span's memory; the empty span (a zero-length access, which
-// names no MR) has none.
-func (s span) bytes() []byte {
-	if s.mr == nil {
-		return nil
-	}
-	return s.mr.buf[s.off : s.off+s.n]
-}
-
 // lookupLocal finds the MR whose lkey is key in pd and checks [va, va+n)
 // against its bounds and access: every SGE of a work request passes here.
 func (d *Device) lookupLocal(key uint32, pd *PD, need Access, va uint64, n uint64) (span, bool) {
