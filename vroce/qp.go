@@ -433,15 +433,17 @@ func (qp *QP) emit(b *txBatch) []byte {
 	return b.buf()
 }
 
-// onTimer runs the QP's expired timers; called by the timer goroutine.
-func (qp *QP) onTimer(now int64) {
+// onTimer runs the QP's expired timers; called by the timer goroutine. It
+// reads the clock itself: the goroutine's own reading is as old as the
+// QPs it served before this one took.
+func (qp *QP) onTimer() {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	if qp.typ != RC || qp.state == QPSReset || qp.state == QPSErr {
 		return
 	}
 	b := qp.dev.getBatch()
-	qp.req.onTimer(qp, now, b)
+	qp.req.onTimer(qp, qp.dev.now(), b)
 	qp.dev.flush(b)
 	qp.dev.putBatch(b)
 }

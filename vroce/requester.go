@@ -421,7 +421,7 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 			r.rec.lossSuspected(r.sb.probe(), now)
 		}
 	}
-	r.pump(qp, b, qp.dev.now()) // the timer goroutine's now may be old by the QPs before this one
+	r.pump(qp, b, now)
 	r.schedule(qp)
 }
 

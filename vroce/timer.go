@@ -143,7 +143,7 @@ func (d *Device) timerLoop() {
 			d.checkTurnLease(now)
 		}
 		for i, qp := range due {
-			qp.onTimer(now)
+			qp.onTimer()
 			due[i] = nil
 		}
 		due = due[:0]

@@ -1,0 +1,257 @@
+package vroce
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vroce.dev/vroce/wire"
+)
+
+// sinkProvider keeps what a device sends and never receives: a requester
+// on it hears only what the test tells it.
+type sinkProvider struct {
+	mu   sync.Mutex
+	sent []wire.Packet
+	done chan struct{}
+	once sync.Once
+}
+
+func (p *sinkProvider) Recv([]Packet) (int, error) { <-p.done; return 0, net.ErrClosed }
+func (p *sinkProvider) Send(pkts []Packet) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pk := range pkts {
+		var w wire.Packet
+		if err := wire.Parse(&w, pk.AppendTo(nil)); err != nil {
+			return err
+		}
+		p.sent = append(p.sent, w)
+	}
+	return nil
+}
+func (p *sinkProvider) LocalAddr() netip.AddrPort { return netip.MustParseAddrPort("127.0.0.1:4791") }
+func (p *sinkProvider) MTU() int                  { return 9000 }
+func (p *sinkProvider) BatchSize() int            { return 64 }
+func (p *sinkProvider) Close() error              { p.once.Do(func() { close(p.done) }); return nil }
+
+// take returns what was sent since the last take.
+func (p *sinkProvider) take() []wire.Packet {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sent := p.sent
+	p.sent = nil
+	return sent
+}
+
+// requesterBench is an RC QP in RTS whose peer is a sinkProvider's void,
+// driven under its lock at times the test sets: t0 is far in the device's
+// future, so the device's own timer never fires during a test, and the
+// scheduler allowance is pinned at 0.
+type requesterBench struct {
+	qp   *QP
+	sink *sinkProvider
+	mr   *MR
+}
+
+const (
+	benchSQPSN = 0xfffff8 // every test crosses the 24-bit wrap
+	t0         = int64(1000e9)
+)
+
+func newRequesterBench(t *testing.T) *requesterBench {
+	t.Helper()
+	sink := &sinkProvider{done: make(chan struct{})}
+	d, err := OpenWithProvider(sink, Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	pd, err := d.AllocPD()
+	require.NoError(t, err)
+	cq, err := d.CreateCQ(1024)
+	require.NoError(t, err)
+	mr, err := pd.RegMR(make([]byte, 1<<20), AccessLocalWrite)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(QPInitAttr{Type: RC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	for _, s := range []struct {
+		a QPAttr
+		m QPAttrMask
+	}{
+		{QPAttr{State: QPSInit, AccessFlags: accessAll}, QPAttrState | QPAttrAccessFlags},
+		{QPAttr{State: QPSRTR, Dest: netip.MustParseAddrPort("127.0.0.2:4791"), PathMTU: MTU1024, DestQPN: 0x42, RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true},
+			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrSelectiveRepeat},
+		{QPAttr{State: QPSRTS, SQPSN: benchSQPSN, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+			QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic},
+	} {
+		require.NoError(t, qp.Modify(&s.a, s.m))
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	d.sched.at.Store(t0)
+	d.sched.p99.Store(0)
+	// A window of 16, out of slow start, on a 100 us path.
+	qp.req.cc.cwnd, qp.req.cc.slowStart = 16, false
+	qp.req.rec.rtt = rttEstimator{}
+	qp.req.rec.sample(100_000)
+	qp.req.rec.freshSample = false
+	return &requesterBench{qp: qp, sink: sink, mr: mr}
+}
+
+// write posts an RDMA WRITE of n bytes and pumps at now.
+func (rb *requesterBench) write(t *testing.T, n int, now int64) {
+	t.Helper()
+	qp := rb.qp
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	wr := SendWR{ID: uint64(qp.sq.tail), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{rb.mr.SGE(0, n)}, RemoteAddr: 0x1000, RKey: 7}
+	require.NoError(t, qp.postOne(&wr))
+	qp.kickAt(now)
+}
+
+// ack hands the completer an ack at now.
+func (rb *requesterBench) ack(a ack, now int64) {
+	rb.qp.mu.Lock()
+	defer rb.qp.mu.Unlock()
+	rb.qp.req.onAck(rb.qp, a, now)
+}
+
+// timer runs the requester's timers at now.
+func (rb *requesterBench) timer(now int64) {
+	qp := rb.qp
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	b := qp.dev.getBatch()
+	qp.req.onTimer(qp, now, b)
+	qp.dev.flush(b)
+	qp.dev.putBatch(b)
+}
+
+func psns(pkts []wire.Packet) []uint32 {
+	out := make([]uint32, len(pkts))
+	for i := range pkts {
+		out[i] = pkts[i].BTH.PSN
+	}
+	return out
+}
+
+func psnRange(first uint32, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = psnAdd(first, i)
+	}
+	return out
+}
+
+func ackThrough(psn uint32, sack ...wire.SACKBlock) ack {
+	a := ack{psn: psn, aeth: wire.AETH{Syndrome: wire.AckSyndromeNoCredits}}
+	if len(sack) > 0 {
+		var s wire.SACK
+		for _, b := range sack {
+			s.AppendBlock(b.First, b.Count)
+		}
+		a.sack = make([]byte, s.Len())
+		s.Encode(a.sack)
+	}
+	return a
+}
+
+// The requester sends a window's worth of a long WRITE, asking for an ACK
+// four times a window, and arms the probe and the RTO from the send.
+func TestRequesterSendsAWindowAndArmsItsDeadlines(t *testing.T) {
+	rb := newRequesterBench(t)
+	rb.write(t, 64<<10, t0)
+	sent := rb.sink.take()
+	require.Equal(t, psnRange(benchSQPSN, 16), psns(sent), "a window of 16 of the 64 packets")
+	for i, p := range sent {
+		assert.Equal(t, i%4 == 3, p.BTH.AckReq, "packet %d: an ACK asked for every fourth", i)
+	}
+	assert.Equal(t, wire.RCWriteFirst, sent[0].BTH.Opcode)
+	assert.Equal(t, uint32(64<<10), sent[0].RETH.DMALen)
+
+	r := &rb.qp.req
+	assert.Equal(t, 16, r.sb.inFlight())
+	assert.Equal(t, t0+minRTO, r.rec.rtoAt, "SRTT + 4 RTTVAR is under the 5 ms floor")
+	assert.Equal(t, t0+quietProbeFloor, r.rec.probeAt, "a clean path probes after 1 ms")
+}
+
+// A cumulative ACK slides the window, gives an RTT sample and sends what
+// the window now holds, at once.
+func TestCompleterAckSlidesTheWindow(t *testing.T) {
+	rb := newRequesterBench(t)
+	rb.write(t, 64<<10, t0)
+	rb.sink.take()
+	rb.ack(ackThrough(psnAdd(benchSQPSN, 7)), t0+60_000)
+
+	r := &rb.qp.req
+	assert.Equal(t, psnAdd(benchSQPSN, 8), r.sb.sndUna)
+	assert.Equal(t, int64(60_000), r.rec.rtt.latest, "the newest PSN acknowledged left at t0")
+	assert.Equal(t, psnRange(psnAdd(benchSQPSN, 16), 8), psns(rb.sink.take()), "eight more: the window slid by eight")
+	assert.Equal(t, t0+60_000+minRTO, r.rec.rtoAt, "the deadlines restart from the progress")
+}
+
+// A SACK past a hole marks the hole lost by sequence, and the resend goes
+// out before anything new.
+func TestCompleterSACKResendsTheHoleFirst(t *testing.T) {
+	rb := newRequesterBench(t)
+	rb.write(t, 64<<10, t0)
+	rb.sink.take()
+	hole := psnAdd(benchSQPSN, 8)
+	rb.ack(ackThrough(psnAdd(benchSQPSN, 7), wire.SACKBlock{First: psnAdd(hole, 1), Count: 7}), t0+60_000)
+
+	sent := rb.sink.take()
+	require.NotEmpty(t, sent)
+	assert.Equal(t, hole, sent[0].BTH.PSN, "the hole first")
+	assert.Equal(t, psnRange(psnAdd(benchSQPSN, 16), len(sent)-1), psns(sent[1:]), "then new PSNs, none of the held ones")
+	st := rb.qp.Stats()
+	assert.Equal(t, uint64(1), st.FastRetransmits)
+	assert.Equal(t, uint64(1), st.Retransmits)
+	assert.Equal(t, uint64(1), st.SACKsRecv)
+}
+
+// With no answer the probe fires a PTO after the send and resends the
+// oldest unconfirmed PSN; the RTO fires next and backs off, and a second
+// one presumes everything in flight lost and collapses the window. The
+// resends are not held to the window (they are in flight already), only
+// to the pacer, whose burst lets these 16 go at once.
+func TestRequesterTimersProbeThenTimeOut(t *testing.T) {
+	rb := newRequesterBench(t)
+	rb.write(t, 16<<10, t0)
+	rb.sink.take()
+	r := &rb.qp.req
+
+	rb.timer(t0 + quietProbeFloor - 1)
+	assert.Empty(t, rb.sink.take(), "before the probe's deadline")
+	rb.timer(t0 + quietProbeFloor)
+	assert.Equal(t, []uint32{benchSQPSN}, psns(rb.sink.take()), "the probe resends the oldest")
+	assert.Equal(t, uint64(1), rb.qp.Stats().TailProbes)
+
+	rb.timer(t0 + minRTO)
+	assert.Equal(t, []uint32{benchSQPSN}, psns(rb.sink.take()), "the first timeout resends the oldest again")
+	assert.Equal(t, 1, r.rec.backoff)
+	rto := r.rec.rtoAt
+	assert.Equal(t, t0+minRTO+2*minRTO, rto, "backed off: twice the RTO")
+
+	rb.timer(rto)
+	assert.Equal(t, psnRange(benchSQPSN, 16), psns(rb.sink.take()), "everything in flight, again")
+	assert.Equal(t, float64(minWindow), r.cc.cwnd)
+	assert.True(t, r.cc.slowStart)
+	assert.Equal(t, 0, r.sb.lostCount)
+	assert.Equal(t, uint64(2), rb.qp.Stats().Timeouts)
+	assert.Equal(t, 2, r.rec.backoff)
+}
+
+// An ACK or NAK that names nothing in flight is counted and dropped.
+func TestCompleterDropsAckForNothingSent(t *testing.T) {
+	rb := newRequesterBench(t)
+	rb.write(t, 4<<10, t0)
+	rb.sink.take()
+	rb.ack(ackThrough(psnAdd(benchSQPSN, 100)), t0+1000)
+	rb.ack(ack{psn: psnAdd(benchSQPSN, -5), aeth: wire.AETH{Syndrome: wire.NAK(wire.NAKRemoteAccessError)}}, t0+2000)
+	assert.Equal(t, uint64(2), rb.qp.Stats().ForgedResponses)
+	assert.Equal(t, uint32(benchSQPSN), rb.qp.req.sb.sndUna)
+	assert.Equal(t, QPSRTS, rb.qp.State())
+}
