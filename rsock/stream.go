@@ -104,27 +104,25 @@ type stream struct {
 	// grant posted, less the data messages received. The receive side
 	// enforces it (ErrCreditViolation).
 	allowed int
-	peerFIN bool // the peer will send no more
 	// Sending.
 	credits  int     // data messages the peer will take
 	pending  *buffer // bytes written and not yet sent
 	inflight fifo.Queue[sent]
-	wShut    bool // no more writes: FIN follows the data
-	finSent  bool
-	finDone  bool // the FIN's send completed
+	// finPosted: our FIN's SEND is posted (state.owesFIN says when it
+	// is due: once the data written before it is out).
+	finPosted bool
 	// Keepalive: messages received and sent, counted rather than timed
 	// (a clock read per message is a tenth of a microsecond), and when
 	// the keepalive check last saw each count change.
 	rxCount, txCount uint64
 	seen             activity
-	// Lifecycle.
-	closed  bool  // the application closed the stream
-	linger  int   // -1: orderly close; 0: reset on close
-	err     error // the stream failed (reset, timeout)
-	rstSent bool
-	qpDown  bool // the peer disconnected: the QP is in ERR
-	gone    bool // QP destroyed, buffers released
-	timer   *time.Timer
+	// Lifecycle: the connection's state (streamstate.go), why it failed,
+	// and whether the application still holds the stream.
+	state  streamState
+	err    error // why the stream failed (reset, timeout), once state.hasFailed
+	closed bool  // the application closed the stream
+	linger int   // -1: orderly close; 0: reset on close
+	timer  *time.Timer
 	// rwake wakes readers; one waiting may receive for the device
 	// meanwhile, so that the data it waits for wakes it directly.
 	rwake *vroce.Signal
@@ -179,10 +177,10 @@ func (s *stream) awaitDataLocked(cancel <-chan struct{}) error {
 			return net.ErrClosed
 		case s.rq.Len() > 0:
 			return nil
-		case s.err != nil:
+		case s.state.hasFailed():
 			s.rwake.Notify()
 			return s.err
-		case s.peerFIN:
+		case s.state.peerFinished():
 			s.rwake.Notify()
 			return io.EOF
 		}
@@ -239,7 +237,7 @@ func (s *stream) grantDueLocked() {
 // passOnLocked wakes another reader when a read left something for it:
 // data, the peer's FIN or a failure.
 func (s *stream) passOnLocked() {
-	if s.rq.Len() > 0 || s.peerFIN || s.err != nil {
+	if s.rq.Len() > 0 || s.state.peerFinished() || s.state.hasFailed() {
 		s.rwake.Notify()
 	}
 }
@@ -247,7 +245,7 @@ func (s *stream) passOnLocked() {
 // grantLocked gives owed credits back: on data about to leave if there
 // is some, else in a credit message.
 func (s *stream) grantLocked() {
-	if s.gone || s.err != nil || s.owed == 0 || s.peerFIN {
+	if !s.state.peerMaySend() || s.owed == 0 {
 		return // after its FIN the peer sends nothing more to grant for
 	}
 	if s.pending != nil && s.pending.n > 0 && s.credits > 0 {
@@ -269,9 +267,9 @@ func (s *stream) writableLocked() error {
 	switch {
 	case s.closed:
 		return net.ErrClosed
-	case s.err != nil:
+	case s.state.hasFailed():
 		return s.err
-	case s.wShut:
+	case s.state.writeShut():
 		return syscall.EPIPE
 	}
 	return nil
@@ -336,7 +334,7 @@ func (s *stream) awaitCreditLocked(cancel <-chan struct{}) bool {
 // flushLocked sends the pending data if the peer has a credit for it.
 func (s *stream) flushLocked() {
 	b := s.pending
-	if b == nil || b.n == 0 || s.credits == 0 || s.gone || s.err != nil {
+	if b == nil || b.n == 0 || s.credits == 0 || s.state.hasFailed() || s.state == stateReleased {
 		return
 	}
 	wr := vroce.SendWR{Opcode: vroce.WRSendWithImm, Flags: vroce.SendSignaled, SGL: b.sge(b.n), Imm: immediate(kindData, s.owed)}
@@ -354,7 +352,7 @@ func (s *stream) flushLocked() {
 
 // controlLocked sends a control message, granting what is owed.
 func (s *stream) controlLocked(kind int) bool {
-	if s.gone {
+	if s.state == stateReleased {
 		return false
 	}
 	wr := vroce.SendWR{Opcode: vroce.WRSendWithImm, Flags: vroce.SendSignaled, Imm: immediate(kind, s.owed)}
@@ -372,41 +370,36 @@ func (s *stream) controlLocked(kind int) bool {
 // can, the FIN once the data is out, and tears down what is finished.
 // It reports whether the caller must finish the teardown.
 func (s *stream) advanceLocked() bool {
-	if s.gone {
+	if s.state == stateReleased {
 		return false
 	}
-	if s.err == nil {
+	if !s.state.hasFailed() {
 		s.flushLocked()
 		if s.credits > 0 && (s.pending == nil || s.pending.n < s.pendingLimit()) {
 			kick(s.wwake)
 		}
-		if s.wShut && !s.finSent && (s.pending == nil || s.pending.n == 0) && s.controlLocked(kindFIN) {
-			s.finSent = true
+		if s.state.owesFIN() && !s.finPosted && (s.pending == nil || s.pending.n == 0) && s.controlLocked(kindFIN) {
+			s.finPosted = true
 		}
 	}
-	switch {
-	case !s.closed:
-		return false
-	case s.err != nil && (!s.rstSent || s.inflight.Len() == 0):
-		return true
-	case s.finDone && s.peerFIN:
-		// Both ends are done; whatever is still in flight after our FIN
-		// (a credit, a keepalive) no longer matters to anyone.
-		return true
-	case s.qpDown && s.peerFIN:
-		return true // our FIN's completion may never come from a QP in ERR
-	}
-	return false
+	// Once the application has let go: both ends done (whatever is
+	// still in flight after our FIN, a credit or a keepalive, no longer
+	// matters to anyone), the peer gone (our FIN's completion may never
+	// come from a QP in ERR), or failed and our RST, if any, out.
+	return s.closed && s.state.finished(s.inflight.Len())
 }
+
+// on moves the stream to the state ev leads to.
+func (s *stream) on(ev streamEvent) { s.state = s.state.next(ev) }
 
 // CloseWrite implements netconn.Stream.
 func (s *stream) CloseWrite() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil {
+	if s.state.hasFailed() {
 		return s.err
 	}
-	s.wShut = true
+	s.on(evShutWrite)
 	s.advanceLocked()
 	return nil
 }
@@ -448,7 +441,7 @@ func (s *stream) Close() error {
 	kick(s.wwake)
 	wait := lingerTimeout
 	switch {
-	case s.err != nil:
+	case s.state.hasFailed():
 	case s.linger == 0 || unread:
 		// Closing with data unread tells the peer it was not, as TCP
 		// does: with a reset.
@@ -458,10 +451,10 @@ func (s *stream) Close() error {
 		if s.linger > 0 {
 			wait = min(wait, time.Duration(s.linger)*time.Second)
 		}
-		s.wShut = true
+		s.on(evShutWrite)
 	}
 	done := s.advanceLocked()
-	if !done && !s.gone {
+	if !done && s.state != stateReleased {
 		s.timer = time.AfterFunc(wait, s.expire)
 	}
 	s.mu.Unlock()
@@ -473,15 +466,13 @@ func (s *stream) Close() error {
 
 // resetLocked sends an RST and fails the stream.
 func (s *stream) resetLocked() {
-	if s.err == nil {
-		s.err = syscall.ECONNRESET
-	}
+	s.failLocked(syscall.ECONNRESET)
 	if s.pending != nil {
 		s.st.putBuf(s.pending)
 		s.pending = nil
 	}
-	if !s.rstSent && s.controlLocked(kindRST) {
-		s.rstSent = true
+	if s.state != stateResetSent && s.controlLocked(kindRST) {
+		s.on(evRstPosted)
 	}
 	s.rwake.Notify()
 	kick(s.wwake)
@@ -490,11 +481,11 @@ func (s *stream) resetLocked() {
 // expire ends a close that took too long.
 func (s *stream) expire() {
 	s.mu.Lock()
-	if s.gone {
+	if s.state == stateReleased {
 		s.mu.Unlock()
 		return
 	}
-	if s.err == nil {
+	if !s.state.hasFailed() {
 		s.resetLocked() // best effort: the QP may go before it leaves
 	}
 	s.mu.Unlock()
@@ -513,8 +504,9 @@ func (s *stream) fail(err error, onPoller bool) {
 }
 
 func (s *stream) failLocked(err error) {
-	if s.err == nil {
+	if !s.state.hasFailed() && s.state != stateReleased {
 		s.err = err
+		s.on(evFailure)
 	}
 	s.rwake.Notify()
 	kick(s.wwake)
@@ -523,10 +515,10 @@ func (s *stream) failLocked(err error) {
 // onRecv takes a received message (the poller's goroutine).
 func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 	s.mu.Lock()
-	if wc.Flags&vroce.WCWithImm == 0 || s.gone {
+	if gone := s.state == stateReleased; wc.Flags&vroce.WCWithImm == 0 || gone {
 		s.mu.Unlock()
 		s.st.putBuf(b)
-		if !s.gone {
+		if !gone {
 			s.fail(syscall.EPROTO, true)
 		}
 		return
@@ -539,12 +531,12 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 		s.allowed--
 		switch {
 		case s.allowed < 0:
-			if s.err == nil {
+			if !s.state.hasFailed() {
 				creditViolations.Add(1) // streams, not messages
 			}
 			s.failLocked(ErrCreditViolation)
 			s.resetLocked()
-		case s.closed || s.peerFIN:
+		case s.closed || s.state.peerFinished():
 			// Data for a stream the application closed: as TCP, reset.
 			s.resetLocked()
 		case int(wc.ByteLen) <= smallCopy:
@@ -557,7 +549,7 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 		}
 		s.rwake.Notify()
 	case kindFIN:
-		s.peerFIN = true
+		s.on(evPeerFIN)
 		s.rwake.Notify()
 	case kindRST:
 		s.failLocked(syscall.ECONNRESET)
@@ -575,7 +567,7 @@ func (s *stream) onRecv(b *buffer, wc *vroce.WorkCompletion) {
 // onSendDone takes a send completion (the poller's goroutine).
 func (s *stream) onSendDone(status vroce.WCStatus) {
 	s.mu.Lock()
-	if s.inflight.Len() == 0 || s.gone {
+	if s.inflight.Len() == 0 || s.state == stateReleased {
 		s.mu.Unlock()
 		return
 	}
@@ -591,7 +583,7 @@ func (s *stream) onSendDone(status vroce.WCStatus) {
 		s.failLocked(syscall.ECONNRESET)
 	}
 	if m.kind == kindFIN {
-		s.finDone = true
+		s.on(evFinAcked)
 	}
 	done := s.advanceLocked()
 	s.mu.Unlock()
@@ -605,10 +597,10 @@ func (s *stream) onSendDone(status vroce.WCStatus) {
 // orderly end; before it, the peer is gone: a reset.
 func (s *stream) onDisconnect() {
 	s.mu.Lock()
-	if !s.peerFIN {
+	if !s.state.peerFinished() {
 		s.failLocked(syscall.ECONNRESET)
 	}
-	s.qpDown = true
+	s.on(evPeerLeft)
 	done := s.advanceLocked()
 	s.mu.Unlock()
 	if done {
@@ -628,7 +620,7 @@ func (s *stream) onError(status vroce.WCStatus) {
 func (s *stream) keepaliveCheck(now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.keepAlive <= 0 || s.gone || s.err != nil {
+	if s.keepAlive <= 0 || s.state == stateReleased || s.state.hasFailed() {
 		return 0
 	}
 	s.seen.update(s.rxCount, s.txCount, now)
@@ -658,11 +650,12 @@ func (a *activity) update(rx, tx uint64, now time.Time) {
 // teardown releases the stream's QP and buffers once it is finished.
 func (s *stream) teardown(onPoller bool) {
 	s.mu.Lock()
-	if s.gone {
+	if s.state == stateReleased {
 		s.mu.Unlock()
 		return
 	}
-	s.gone = true
+	orderly := s.state == stateTimeWait
+	s.on(evTeardown)
 	if s.timer != nil {
 		s.timer.Stop()
 	}
@@ -682,7 +675,6 @@ func (s *stream) teardown(onPoller bool) {
 		s.pending = nil
 	}
 	id := s.id
-	orderly := s.err == nil && !s.qpDown
 	s.mu.Unlock()
 	s.st.remove(s)
 	release := func(onPoller bool) {
