@@ -15,21 +15,6 @@ import (
 	"vroce.dev/vroce/cm"
 )
 
-// Every message is a SEND with immediate data: its kind in the top four
-// bits, and in the low sixteen the credits the sender grants back (how
-// many more data messages it will take). Data messages carry stream
-// bytes and use a credit; control messages carry none, use none, and
-// their receive buffer goes straight back to the SRQ.
-const (
-	kindData = iota
-	kindCredit
-	kindFIN
-	kindRST
-	kindKeepalive
-)
-
-func immediate(kind, grant int) uint32 { return uint32(kind)<<28 | uint32(min(grant, 0xffff)) }
-
 // ErrCreditViolation ends a stream whose peer sent a data message beyond
 // the credits this end granted: each would hold a buffer of the shared
 // SRQ that no reader freed (a peer granted 16 sent 768 x 64 KiB, and the
@@ -612,38 +597,6 @@ func (s *stream) onDisconnect() {
 func (s *stream) onError(status vroce.WCStatus) {
 	if status != vroce.WCWRFlushErr {
 		s.fail(syscall.ECONNRESET, true)
-	}
-}
-
-// keepaliveCheck probes an idle stream; it returns the stream's period
-// (0: no keepalive).
-func (s *stream) keepaliveCheck(now time.Time) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.keepAlive <= 0 || s.state == stateReleased || s.state.hasFailed() {
-		return 0
-	}
-	s.seen.update(s.rxCount, s.txCount, now)
-	if now.Sub(s.seen.rxAt) >= s.keepAlive && now.Sub(s.seen.txAt) >= s.keepAlive/2 {
-		s.controlLocked(kindKeepalive)
-	}
-	return s.keepAlive
-}
-
-// activity is what the keepalive check last saw of a stream's message
-// counts, and when it saw each change: the last message in a direction
-// was no later than that, and no earlier than the check before.
-type activity struct {
-	rx, tx     uint64
-	rxAt, txAt time.Time
-}
-
-func (a *activity) update(rx, tx uint64, now time.Time) {
-	if rx != a.rx {
-		a.rx, a.rxAt = rx, now
-	}
-	if tx != a.tx {
-		a.tx, a.txAt = tx, now
 	}
 }
 
