@@ -83,8 +83,17 @@ func (c *Conn) Transport() string { return c.transport }
 // Stream returns the stream the connection wraps.
 func (c *Conn) Stream() Stream { return c.s }
 
-func (c *Conn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: c.net, Source: c.local, Addr: c.remote, Err: err}
+func (c *Conn) opError(op string, err error) error { return OpError(op, c.net, c.local, c.remote, err) }
+
+// OpError is err as the net package reports it from a connection between
+// local and remote: Read, Write and Close name both ends (Source the
+// local, Addr the remote); the deadline setters ("set") name only the
+// local end, as Addr.
+func OpError(op, network string, local, remote net.Addr, err error) *net.OpError {
+	if op == "set" {
+		return &net.OpError{Op: op, Net: network, Addr: local, Err: err}
+	}
+	return &net.OpError{Op: op, Net: network, Source: local, Addr: remote, Err: err}
 }
 
 // Read implements net.Conn.

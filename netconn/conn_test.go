@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"golang.org/x/net/nettest"
 )
@@ -238,4 +240,36 @@ func TestCopyWithoutStreamSupport(t *testing.T) {
 	if err := <-sent; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The deadline setters fail on a closed connection as *net.TCPConn's do:
+// Op "set", no Source, the local address as Addr. Read, Write and Close
+// name both ends.
+func TestSetErrorsNameTheLocalEndAsGosNetDoes(t *testing.T) {
+	c1, _, stop, _ := makePipe()
+	defer stop()
+	c1.Close()
+	for name, set := range map[string]func(time.Time) error{
+		"SetDeadline": c1.SetDeadline, "SetReadDeadline": c1.SetReadDeadline, "SetWriteDeadline": c1.SetWriteDeadline,
+	} {
+		var op *net.OpError
+		err := set(time.Now())
+		require.ErrorAs(t, err, &op, name)
+		assert.Equal(t, &net.OpError{Op: "set", Net: "tcp", Addr: addrA, Err: net.ErrClosed}, op, name)
+	}
+	_, err := c1.Read(make([]byte, 1))
+	assert.Equal(t, &net.OpError{Op: "read", Net: "tcp", Source: addrA, Addr: addrB, Err: net.ErrClosed}, err)
+
+	// The same rules as the kernel's own TCP connections.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	tc, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	tc.Close()
+	var op *net.OpError
+	require.ErrorAs(t, tc.SetDeadline(time.Now()), &op)
+	assert.Equal(t, "set", op.Op)
+	assert.Nil(t, op.Source)
+	assert.Equal(t, tc.LocalAddr(), op.Addr)
 }

@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"vroce.dev/providers/sim"
 )
 
@@ -485,4 +488,39 @@ func unread(c net.Conn) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.rq.Len()
+}
+
+// A plain TCP client's first bytes, read by the listener to tell it from a
+// vRoCE client, are still behind the read deadline and the errors of
+// netconn's rules: a passed deadline times out before them, and reading
+// them after a Close is net.ErrClosed.
+func TestFallbackPrefixKeepsDeadlineAndErrorRules(t *testing.T) {
+	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
+	client, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	defer client.Close()
+	_, err = client.Write([]byte("hello"))
+	require.NoError(t, err)
+	c, err := l.Accept()
+	require.NoError(t, err)
+	require.Equal(t, "tcp", transport(c))
+
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(-time.Second)))
+	_, err = c.Read(make([]byte, 5))
+	var op *net.OpError
+	require.ErrorAs(t, err, &op)
+	assert.True(t, op.Timeout(), "%v", err)
+	assert.Equal(t, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.ErrDeadlineExceeded}, op)
+
+	require.NoError(t, c.SetDeadline(time.Time{}))
+	buf := make([]byte, 2)
+	n, err := c.Read(buf)
+	require.NoError(t, err)
+	assert.Equal(t, "he", string(buf[:n]), "the prefix, once the deadline is gone")
+
+	require.NoError(t, c.Close())
+	_, err = c.Read(buf)
+	assert.ErrorIs(t, err, net.ErrClosed)
+	l.Close()
+	settle(t)
 }

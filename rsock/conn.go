@@ -37,8 +37,10 @@ type TCPConn struct {
 	// client from a vRoCE one; the application reads it first.
 	mu     sync.Mutex
 	prefix []byte
-	rd     time.Time
 	closed bool
+	// rd mirrors the socket's read deadline for reads of the prefix,
+	// which never reach the socket.
+	rd netconn.Deadline
 }
 
 // Transport says what carries the connection.
@@ -56,11 +58,11 @@ func (c *TCPConn) Read(p []byte) (int, error) {
 	switch {
 	case c.closed:
 		err = net.ErrClosed
-	case !c.rd.IsZero() && !time.Now().Before(c.rd):
+	case c.rd.Expired():
 		err = os.ErrDeadlineExceeded
 	}
 	if err != nil {
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+		return 0, netconn.OpError("read", "tcp", c.LocalAddr(), c.RemoteAddr(), err)
 	}
 	n := copy(p, c.prefix)
 	c.prefix = c.prefix[n:]
@@ -88,17 +90,13 @@ func (c *TCPConn) WriteTo(w io.Writer) (int64, error) {
 
 // SetDeadline implements net.Conn.
 func (c *TCPConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.rd = t
-	c.mu.Unlock()
+	c.rd.Set(t)
 	return c.TCPConn.SetDeadline(t)
 }
 
 // SetReadDeadline implements net.Conn.
 func (c *TCPConn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.rd = t
-	c.mu.Unlock()
+	c.rd.Set(t)
 	return c.TCPConn.SetReadDeadline(t)
 }
 
