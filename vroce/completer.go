@@ -140,7 +140,7 @@ func (r *requester) takeAck(qp *QP, a ack, now int64) {
 			qp.stats.SeqNAKsRecv++
 			r.sb.markLostFrom(psn)
 			r.rec.lossProven(now)
-			r.cc.onLoss(1, r.rec.rtt.srtt, now)
+			r.cc.onLoss(1, r.rec.rtt.SRTT, now)
 			return
 		}
 		qp.stats.RemoteAbortErr++
@@ -163,7 +163,7 @@ func (r *requester) takeAck(qp *QP, a ack, now int64) {
 // acknowledged sooner than it could have been undoes the timeout that
 // sent it, and the newest PSN sent once gives an RTT sample.
 func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
-	res := r.sb.ackThrough(psn, now, r.rec.rtt.srtt)
+	res := r.sb.ackThrough(psn, now, r.rec.rtt.SRTT)
 	if res.readsLost > 0 {
 		r.rec.lossProven(now)
 	}
@@ -179,10 +179,10 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 // detectLosses marks lost what the scoreboard's evidence says is gone and
 // tells loss recovery and the congestion controller.
 func (r *requester) detectLosses(qp *QP, now int64) {
-	if found := r.sb.detectLosses(r.rec.rtt.srtt); found > 0 {
+	if found := r.sb.detectLosses(r.rec.rtt.SRTT); found > 0 {
 		r.rec.lossProven(now)
 		qp.stats.FastRetransmits++
-		r.cc.onLoss(found, r.rec.rtt.srtt, now)
+		r.cc.onLoss(found, r.rec.rtt.SRTT, now)
 	}
 }
 
@@ -219,7 +219,7 @@ func (r *requester) advance(qp *QP, now int64) {
 		return
 	}
 	r.settlePeer(qp, now)
-	r.cc.onAck(moved, r.rec.rtt.latest, r.rec.rtt.minRTT, r.rec.rtt.srtt, now)
+	r.cc.onAck(moved, r.rec.rtt.Latest, r.rec.rtt.MinRTT, r.rec.rtt.SRTT, now)
 	r.progressAt = now
 	r.rec.onProgress() // re-armed from now by pump
 	r.rnrLeft = int(qp.attr.RNRRetry)

@@ -2,8 +2,6 @@ package vroce
 
 import (
 	"context"
-	"math/rand/v2"
-	"sort"
 	"testing"
 	"time"
 )
@@ -73,31 +71,5 @@ func TestCQWake(t *testing.T) {
 	defer stop()
 	if err := cq.Wait(short); err != context.DeadlineExceeded {
 		t.Fatalf("Wait with nothing to report: %v", err)
-	}
-}
-
-// The timer heap hands deadlines back in order, whatever order they came.
-func TestTimerHeapOrder(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	var h timerHeap
-	var want []int64
-	for i := 0; i < 1000; i++ {
-		if i%3 == 2 && len(h) > 0 {
-			sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
-			if got := h.pop().at; got != want[0] {
-				t.Fatalf("popped %d, want %d", got, want[0])
-			}
-			want = want[1:]
-			continue
-		}
-		at := rng.Int64N(500)
-		h.push(timerEntry{at: at})
-		want = append(want, at)
-	}
-	sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
-	for _, w := range want {
-		if got := h.pop().at; got != w {
-			t.Fatalf("popped %d, want %d", got, w)
-		}
 	}
 }

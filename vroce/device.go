@@ -2,8 +2,6 @@ package vroce
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"vroce.dev/internal/clock"
+	"vroce.dev/internal/minheap"
 	"vroce.dev/vroce/wire"
 )
 
@@ -123,6 +122,7 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("vroce: open: timer: %w", err)
 	}
 	d.timers.clock, d.timers.armed = clk, idleDeadline
+	d.timers.h = minheap.New(earlier, nil)
 	d.events.init()
 	d.turn.init(d, p, mtu)
 	size := packetSize(mtu)
@@ -205,16 +205,6 @@ func (d *Device) release(n *int) {
 	d.mu.Lock()
 	*n--
 	d.mu.Unlock()
-}
-
-// random32 returns a random value from the system's secure source: keys,
-// QPNs and PSNs must be unguessable (the ReDMArk threat model).
-func random32() uint32 {
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("vroce: no system randomness: " + err.Error())
-	}
-	return binary.LittleEndian.Uint32(b[:])
 }
 
 // flowTo returns the UDP/IP flow from this device to dst, resolving the

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 
 	"sync/atomic"
+
+	"vroce.dev/internal/secrand"
 )
 
 // PD is a protection domain (ibv_pd): QPs reach only the MRs of their PD.
@@ -114,13 +116,13 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		return nil, err
 	}
 	mr := &MR{pd: pd, buf: buf, access: access}
-	mr.addr = (uint64(random32())<<32 | uint64(random32())) & (1<<52 - 1) &^ 0xfff
+	mr.addr = secrand.Uint64() & (1<<52 - 1) &^ 0xfff
 	d.mrByLKey.insert(mr, func() bool {
-		mr.lkey = random32()
+		mr.lkey = secrand.Uint32()
 		return mr.lkey != 0
 	})
 	d.mrByRKey.insert(mr, func() bool {
-		mr.rkey = random32()
+		mr.rkey = secrand.Uint32()
 		return mr.rkey != 0 && mr.rkey != mr.lkey
 	})
 	return mr, nil

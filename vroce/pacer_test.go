@@ -22,7 +22,7 @@ func TestPacedPumpWithNothingInFlightIsWoken(t *testing.T) {
 	a.qp.mu.Lock()
 	a.qp.req.cc.cwnd, a.qp.req.cc.slowStart = 2, false
 	a.qp.req.cc.tokens, a.qp.req.cc.tokensAt = 0, da.now()
-	a.qp.req.rec.rtt.srtt, a.qp.req.rec.rtt.minRTT = 20_000_000, 20_000_000
+	a.qp.req.rec.rtt.SRTT, a.qp.req.rec.rtt.MinRTT = 20_000_000, 20_000_000
 	a.qp.mu.Unlock()
 	for i := 0; i < 4; i++ {
 		if err := a.qp.PostSend(SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled | SendInline, Inline: []byte("paced")}); err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"vroce.dev/internal/secrand"
 	"vroce.dev/vroce/wire"
 )
 
@@ -173,7 +174,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	d.qpTable.insert(qp, func() bool {
 		// QPN 0 and 1 are the special QPs; the rest are random, so a
 		// stranger cannot guess them.
-		qp.qpn = random32() & 0xffffff
+		qp.qpn = secrand.Uint32() & 0xffffff
 		return qp.qpn > 1
 	})
 	return qp, nil
@@ -211,7 +212,7 @@ func (qp *QP) Stats() QPStats {
 	s := qp.stats
 	s.CWnd = qp.req.window()
 	s.HeldBytes = qp.resp.heldBytes
-	s.SRTT, s.MinRTT = time.Duration(qp.req.rec.rtt.srtt), time.Duration(qp.req.rec.rtt.minRTT)
+	s.SRTT, s.MinRTT = time.Duration(qp.req.rec.rtt.SRTT), time.Duration(qp.req.rec.rtt.MinRTT)
 	return s
 }
 

@@ -27,7 +27,7 @@ func TestReadRequestsStayInTheWindow(t *testing.T) {
 	// soon, one at a time.
 	a.qp.mu.Lock()
 	a.qp.req.cc.cwnd, a.qp.req.cc.slowStart = 1, false
-	a.qp.req.rec.rtt.srtt, a.qp.req.rec.rtt.minRTT = 20_000, 20_000
+	a.qp.req.rec.rtt.SRTT, a.qp.req.rec.rtt.MinRTT = 20_000, 20_000
 	requests := a.qp.stats.TxPackets
 	a.qp.mu.Unlock()
 	err = a.qp.PostSend(SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{local.SGE(0, len(src))}, RemoteAddr: remote.Addr(), RKey: remote.RKey()})

@@ -44,7 +44,7 @@ const (
 
 // sample takes an RTT sample of a packet sent once.
 func (l *lossRecovery) sample(d int64) {
-	l.rtt.sample(d)
+	l.rtt.Sample(d)
 	l.freshSample = true
 }
 
@@ -133,7 +133,7 @@ func (l *lossRecovery) onProgress() {
 // now was acknowledged sooner than it could have been: the original
 // arrived, and the timeout that resent it was spurious (Eifel).
 func (l *lossRecovery) spurious(resentAt, now int64) bool {
-	return resentAt != 0 && now-resentAt < l.rtt.minRTT/2
+	return resentAt != 0 && now-resentAt < l.rtt.MinRTT/2
 }
 
 // onSpuriousTimeout undoes a timeout's backoff.

@@ -12,7 +12,7 @@ import (
 // undone.
 func TestProbeFloorFollowsTheLossesThePathShows(t *testing.T) {
 	var r lossRecovery
-	r.rtt.sample(20_000) // a 20 us path: a fast probe comes well under 1 ms
+	r.rtt.Sample(20_000) // a 20 us path: a fast probe comes well under 1 ms
 	fast := r.rtt.pto(0)
 	if fast >= quietProbeFloor {
 		t.Fatalf("fast probe timeout %d ns, want under the quiet floor", fast)

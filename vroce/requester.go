@@ -247,7 +247,7 @@ func (r *requester) ackInterval() int {
 // paced asks the pacer for one packet; when it refuses, pump stops and the
 // timer resumes it.
 func (r *requester) paced(now int64) bool {
-	ok, at := r.cc.pace(r.rec.rtt.srtt, now)
+	ok, at := r.cc.pace(r.rec.rtt.SRTT, now)
 	if !ok {
 		r.paceAt = at
 	}
@@ -407,7 +407,7 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 		case firstTimeout:
 			qp.stats.Timeouts++
 			r.rec.lossSuspected(r.sb.probe(), now)
-			r.cc.onLoss(1, r.rec.rtt.srtt, now)
+			r.cc.onLoss(1, r.rec.rtt.SRTT, now)
 		case repeatedTimeout:
 			qp.stats.Timeouts++
 			r.sb.markLostFrom(r.sb.sndUna)

@@ -188,7 +188,7 @@ func TestCompleterAckSlidesTheWindow(t *testing.T) {
 
 	r := &rb.qp.req
 	assert.Equal(t, psnAdd(benchSQPSN, 8), r.sb.sndUna)
-	assert.Equal(t, int64(60_000), r.rec.rtt.latest, "the newest PSN acknowledged left at t0")
+	assert.Equal(t, int64(60_000), r.rec.rtt.Latest, "the newest PSN acknowledged left at t0")
 	assert.Equal(t, psnRange(psnAdd(benchSQPSN, 16), 8), psns(rb.sink.take()), "eight more: the window slid by eight")
 	assert.Equal(t, t0+60_000+minRTO, r.rec.rtoAt, "the deadlines restart from the progress")
 }

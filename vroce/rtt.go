@@ -1,11 +1,10 @@
 package vroce
 
-// rttEstimator smooths RTT samples as RFC 6298 does, at nanosecond
-// resolution, and keeps the minimum as the path's base RTT.
-type rttEstimator struct {
-	srtt, rttvar, minRTT int64
-	latest               int64 // the last sample, the delay signal congestion control reacts to
-}
+import "vroce.dev/internal/rtt"
+
+// rttEstimator is the module's RTT estimator (internal/rtt) with an RC
+// requester's timeouts on top: the RTO and the tail-loss probe.
+type rttEstimator struct{ rtt.Estimator }
 
 const (
 	minRTO     = 5_000_000     // 5 ms: a busy host stalls longer than 1 ms often; loss probes repair real losses first
@@ -27,30 +26,12 @@ const (
 	lossMemory      = 1_000_000_000
 )
 
-func (e *rttEstimator) sample(rtt int64) {
-	if rtt <= 0 {
-		return
-	}
-	e.latest = rtt
-	if e.srtt == 0 {
-		e.srtt, e.rttvar, e.minRTT = rtt, rtt/2, rtt
-		return
-	}
-	e.minRTT = min(e.minRTT, rtt)
-	d := e.srtt - rtt
-	if d < 0 {
-		d = -d
-	}
-	e.rttvar += (d - e.rttvar) / 4
-	e.srtt += (rtt - e.srtt) / 8
-}
-
 // rto is the retransmission timeout after backoff doublings, at most
 // ceiling (the QP's configured timeout).
 func (e *rttEstimator) rto(backoff int, ceiling int64) int64 {
 	rto := int64(defaultRTO)
-	if e.srtt > 0 {
-		rto = max(e.srtt+max(4*e.rttvar, rttNoise), minRTO)
+	if e.SRTT > 0 {
+		rto = max(e.Timeout(rttNoise), minRTO)
 	}
 	rto <<= min(backoff, maxBackoff)
 	if ceiling <= 0 {
@@ -64,8 +45,8 @@ func (e *rttEstimator) rto(backoff int, ceiling int64) int64 {
 // stall costs both ends a packet and a wakeup, and adds to the latency it
 // was meant to save); never sooner than floor.
 func (e *rttEstimator) pto(floor int64) int64 {
-	if e.srtt == 0 {
+	if e.SRTT == 0 {
 		return defaultRTO / 2
 	}
-	return max(max(2*e.srtt, e.srtt+4*e.rttvar)+rttNoise, floor)
+	return max(max(2*e.SRTT, e.SRTT+4*e.RTTVar)+rttNoise, floor)
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"vroce.dev/internal/clock"
+	"vroce.dev/internal/minheap"
 )
 
 // timerQueue holds, for each QP with a deadline, the earliest time it must
@@ -19,7 +20,7 @@ import (
 // ACK.
 type timerQueue struct {
 	mu    sync.Mutex
-	h     timerHeap
+	h     minheap.Heap[timerEntry] // by at
 	clock *clock.Clock
 	armed int64 // the deadline the clock is set for
 	// turnAt is when the receive turn's lease is looked at (0: it is
@@ -34,48 +35,7 @@ type timerEntry struct {
 	qp *QP
 }
 
-// timerHeap is a binary min-heap on at. It is written out rather than
-// built on container/heap, whose interface boxes every entry pushed or
-// popped: an allocation per packet sent.
-type timerHeap []timerEntry
-
-func (h *timerHeap) push(e timerEntry) {
-	*h = append(*h, e)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if q[parent].at <= q[i].at {
-			break
-		}
-		q[parent], q[i] = q[i], q[parent]
-		i = parent
-	}
-}
-
-func (h *timerHeap) pop() timerEntry {
-	q := *h
-	top := q[0]
-	last := len(q) - 1
-	q[0] = q[last]
-	q[last] = timerEntry{}
-	q = q[:last]
-	for i := 0; ; {
-		small, l, r := i, 2*i+1, 2*i+2
-		if l < len(q) && q[l].at < q[small].at {
-			small = l
-		}
-		if r < len(q) && q[r].at < q[small].at {
-			small = r
-		}
-		if small == i {
-			break
-		}
-		q[i], q[small] = q[small], q[i]
-		i = small
-	}
-	*h = q
-	return top
-}
+func earlier(a, b timerEntry) bool { return a.at < b.at }
 
 // schedule makes sure the timer goroutine looks at qp no later than at.
 func (d *Device) schedule(qp *QP, at int64) {
@@ -102,7 +62,7 @@ func (t *timerQueue) scheduleLocked(pending *int64, e timerEntry) {
 		return
 	}
 	*pending = e.at
-	t.h.push(e)
+	t.h.Push(e)
 	if e.at < t.armed {
 		t.armed = e.at
 		t.clock.Arm(e.at)
@@ -126,8 +86,8 @@ func (d *Device) timerLoop() {
 		now := d.now()
 		lease := false
 		t.mu.Lock()
-		for len(t.h) > 0 && t.h[0].at <= now {
-			e := t.h.pop()
+		for t.h.Len() > 0 && t.h.Min().at <= now {
+			e := t.h.Pop()
 			switch {
 			case e.qp == nil:
 				if t.turnAt == e.at {
@@ -149,8 +109,8 @@ func (d *Device) timerLoop() {
 		due = due[:0]
 		t.mu.Lock()
 		t.armed = idleDeadline
-		if len(t.h) > 0 {
-			t.armed = t.h[0].at
+		if t.h.Len() > 0 {
+			t.armed = t.h.Min().at
 		}
 		t.clock.Arm(t.armed)
 		t.mu.Unlock()

@@ -13,7 +13,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -23,6 +22,7 @@ import (
 	"time"
 
 	"vroce.dev/internal/clock"
+	"vroce.dev/internal/minheap"
 	"vroce.dev/vroce"
 )
 
@@ -98,7 +98,7 @@ type Network struct {
 	nextAuto   uint32
 	cut        map[[2]netip.Addr]bool
 	dropNext   map[netip.AddrPort]int // packets to drop from an address, before any other fault
-	pending    deliveryHeap
+	pending    minheap.Heap[delivery] // by sooner
 	seq        uint64
 	running    bool // the delivery goroutine is running
 	clock      *clock.Clock
@@ -111,7 +111,7 @@ type Network struct {
 
 // NewNetwork creates a network with the given faults.
 func NewNetwork(cfg Config) *Network {
-	n := &Network{eps: map[netip.AddrPort]*Endpoint{}, cut: map[[2]netip.Addr]bool{}, epoch: time.Now()}
+	n := &Network{eps: map[netip.AddrPort]*Endpoint{}, cut: map[[2]netip.Addr]bool{}, epoch: time.Now(), pending: minheap.New(sooner, nil)}
 	clk, err := clock.New(n.epoch)
 	if err != nil {
 		panic("sim: no clock: " + err.Error()) // timerfd_create fails only when out of descriptors
@@ -179,7 +179,7 @@ func (n *Network) Close() {
 	for _, ep := range n.eps {
 		eps = append(eps, ep)
 	}
-	n.pending = nil
+	n.pending = minheap.New(sooner, nil)
 	n.clock.Arm(1) // wake a delivery goroutine to see it closed
 	n.mu.Unlock()
 	for _, ep := range eps {
@@ -239,19 +239,9 @@ type delivery struct {
 	from netip.AddrPort
 }
 
-type deliveryHeap []delivery
-
-func (h deliveryHeap) Len() int { return len(h) }
-func (h deliveryHeap) Less(i, j int) bool {
-	return h[i].at.Before(h[j].at) || (h[i].at.Equal(h[j].at) && h[i].seq < h[j].seq)
-}
-func (h deliveryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *deliveryHeap) Push(x any)   { *h = append(*h, x.(delivery)) }
-func (h *deliveryHeap) Pop() any {
-	old := *h
-	d := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return d
+// sooner orders deliveries by time, then by the order they were sent.
+func sooner(a, b delivery) bool {
+	return a.at.Before(b.at) || (a.at.Equal(b.at) && a.seq < b.seq)
 }
 
 // send applies the network's faults to one packet from src.
@@ -322,14 +312,14 @@ func (n *Network) send(src *Endpoint, pkt vroce.Packet) error {
 			continue
 		}
 		n.seq++
-		heap.Push(&n.pending, delivery{at: now.Add(delay), seq: n.seq, to: dst, data: data, from: src.addr})
+		n.pending.Push(delivery{at: now.Add(delay), seq: n.seq, to: dst, data: data, from: src.addr})
 		if !n.running {
 			n.running = true
 			n.delivering.Add(1)
 			go n.deliverLoop()
-		} else if at := n.pending[0].at; n.pending[0].seq == n.seq && at.Before(n.armed) {
-			n.armed = at
-			n.clock.Arm(int64(at.Sub(n.epoch)))
+		} else if next := n.pending.Min(); next.seq == n.seq && next.at.Before(n.armed) {
+			n.armed = next.at
+			n.clock.Arm(int64(next.at.Sub(n.epoch)))
 		}
 	}
 	return nil
@@ -343,16 +333,16 @@ func (n *Network) deliverLoop() {
 	for {
 		n.mu.Lock()
 		now := time.Now()
-		for len(n.pending) > 0 && !n.pending[0].at.After(now) {
-			d := heap.Pop(&n.pending).(delivery)
+		for n.pending.Len() > 0 && !n.pending.Min().at.After(now) {
+			d := n.pending.Pop()
 			d.to.enqueue(d.data, d.from)
 		}
-		if len(n.pending) == 0 || n.closed {
+		if n.pending.Len() == 0 || n.closed {
 			n.running = false
 			n.mu.Unlock()
 			return
 		}
-		n.armed = n.pending[0].at
+		n.armed = n.pending.Min().at
 		n.clock.Arm(int64(n.armed.Sub(n.epoch)))
 		n.mu.Unlock()
 		n.clock.Wait()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"vroce.dev/internal/secrand"
 	"vroce.dev/vroce"
 )
 
@@ -177,9 +178,9 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 	// Each end's message carries the PSN that end receives from, as
 	// Linux's CM reads them (cm.c; rping.pcap): the active end sends from
 	// the REP's starting PSN and receives from its REQ's.
-	rqPSN := uint32(random64()) & 0xffffff
+	rqPSN := uint32(secrand.Uint64()) & 0xffffff
 	req := &mad{
-		attr: attrREQ, tid: random64(), serviceID: serviceID(service), guid: m.guid,
+		attr: attrREQ, tid: secrand.Uint64(), serviceID: serviceID(service), guid: m.guid,
 		qpn: qp.QPN(), psn: rqPSN, mtu: p.mtu(m.dev), respRes: p.rdAtomic(), initDepth: p.rdAtomic(),
 		retryCnt: or(p.RetryCnt, 7), rnrRetry: or(p.RNRRetry, 7), ackTO: or(p.Timeout, 14),
 		srcIP: local.Addr().Unmap(), dstIP: to.Addr(), srcPort: local.Port(),
@@ -416,7 +417,7 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 	}
 	// The passive end sends from the REQ's starting PSN and receives from
 	// its REP's (see Manager.Connect).
-	rqPSN := uint32(random64()) & 0xffffff
+	rqPSN := uint32(secrand.Uint64()) & 0xffffff
 	peer := Peer{QPN: info.qpn, PSN: rqPSN, Addr: id.peer, MTU: mtu, SelectiveRepeat: vflags&vFlagSACK != 0,
 		PiggybackACK: vflags&vFlagPiggyACK != 0, StrictSourcePort: vflags&vFlagDevicePort != 0,
 		MaxRdAtomic: max(int(info.respRes), 1), PrivateData: id.priv}

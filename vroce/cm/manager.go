@@ -1,9 +1,7 @@
 package cm
 
 import (
-	"container/heap"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"vroce.dev/internal/minheap"
+	"vroce.dev/internal/rtt"
+	"vroce.dev/internal/secrand"
 	"vroce.dev/vroce"
 )
 
@@ -128,9 +129,8 @@ type Manager struct {
 	ids       map[uint32]*ID    // by our communication ID
 	remote    map[remoteKey]*ID // passive IDs by the peer's, to spot repeated REQs
 	listeners map[uint64]*Listener
-	timers    timerHeap
-	srtt      time.Duration // smoothed time to an answer; 0 before the first
-	rttvar    time.Duration
+	timers    minheap.Heap[*ID] // by deadline (timerOrder)
+	answers   rtt.Estimator     // how long the peers take to answer
 	// Passive connections recently ended, by the peer's ID, so that a late
 	// copy of their REQ cannot raise them again (the IBA's TimeWait).
 	timeWait      map[remoteKey]int64
@@ -180,8 +180,8 @@ func New(dev *vroce.Device, cfg Config) (*Manager, error) {
 		cfg.MaxRetries = 15
 	}
 	m := &Manager{
-		dev: dev, cfg: cfg, guid: random64(), epoch: time.Now(),
-		wake: make(chan struct{}, 1), done: make(chan struct{}),
+		dev: dev, cfg: cfg, guid: secrand.Uint64(), epoch: time.Now(),
+		wake: make(chan struct{}, 1), done: make(chan struct{}), timers: timerOrder(),
 		ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{}, listeners: map[uint64]*Listener{},
 		timeWait: map[remoteKey]int64{}, probes: map[uint32]chan ProbeResult{}, probers: map[netip.Addr]int64{},
 		gsiSet: make(chan struct{}),
@@ -259,7 +259,7 @@ func (m *Manager) now() int64 { return int64(time.Since(m.epoch)) }
 // stranger cannot aim messages at a connection.
 func (m *Manager) newCommID() uint32 {
 	for {
-		v := uint32(random64())
+		v := uint32(secrand.Uint64())
 		if _, taken := m.ids[v]; v != 0 && !taken {
 			return v
 		}
@@ -320,7 +320,7 @@ func (m *Manager) Drain(ctx context.Context) error {
 // arm schedules id's retransmission for its current try.
 func (m *Manager) arm(id *ID, after time.Duration) {
 	at := m.now() + int64(after)
-	if len(m.timers) == 0 || at < m.timers[0].deadline {
+	if m.timers.Len() == 0 || at < m.timers.Min().deadline {
 		select {
 		case m.wake <- struct{}{}:
 		default:
@@ -328,9 +328,9 @@ func (m *Manager) arm(id *ID, after time.Duration) {
 	}
 	id.deadline = at
 	if id.hidx > 0 {
-		heap.Fix(&m.timers, int(id.hidx-1))
+		m.timers.Fix(int(id.hidx - 1))
 	} else {
-		heap.Push(&m.timers, id)
+		m.timers.Push(id)
 	}
 }
 
@@ -338,7 +338,7 @@ func (m *Manager) arm(id *ID, after time.Duration) {
 // so an ended connection is not kept alive by one.
 func (m *Manager) stopTimer(id *ID) {
 	if id.hidx > 0 {
-		heap.Remove(&m.timers, int(id.hidx-1))
+		m.timers.Remove(int(id.hidx - 1))
 	}
 }
 
@@ -351,8 +351,8 @@ const maxResponseWait = 2 * time.Second
 // all come back together and meet it full again.
 func (m *Manager) backoff(n uint8) time.Duration {
 	rto := m.cfg.ResponseTimeout
-	if m.srtt > 0 {
-		rto = min(max(rto, m.srtt+4*m.rttvar), maxResponseWait)
+	if learnt := time.Duration(m.answers.Timeout(0)); learnt > 0 {
+		rto = min(max(rto, learnt), maxResponseWait)
 	}
 	wait := min(rto<<n, maxResponseWait)
 	return wait*3/4 + mrand.N(wait/2+1)
@@ -374,13 +374,7 @@ func (m *Manager) answered(id *ID) {
 	if id.retries != 0 {
 		return
 	}
-	rtt := time.Duration(m.now() - id.sentAt)
-	if m.srtt == 0 {
-		m.srtt, m.rttvar = rtt, rtt/2
-		return
-	}
-	m.rttvar = (3*m.rttvar + (m.srtt - rtt).Abs()) / 4
-	m.srtt = (7*m.srtt + rtt) / 8
+	m.answers.Sample(m.now() - id.sentAt)
 }
 
 func (m *Manager) timerLoop() {
@@ -391,8 +385,8 @@ func (m *Manager) timerLoop() {
 		var o outbox
 		m.mu.Lock()
 		now := m.now()
-		for len(m.timers) > 0 && m.timers[0].deadline <= now {
-			m.expire(heap.Pop(&m.timers).(*ID), &o)
+		for m.timers.Len() > 0 && m.timers.Min().deadline <= now {
+			m.expire(m.timers.Pop(), &o)
 		}
 		for len(m.timeWaitQueue) > 0 && m.timeWaitQueue[0].at <= now {
 			e := m.timeWaitQueue[0]
@@ -405,8 +399,8 @@ func (m *Manager) timerLoop() {
 			m.timeWaitQueue = nil
 		}
 		wait := time.Hour
-		if len(m.timers) > 0 {
-			wait = time.Duration(m.timers[0].deadline - now)
+		if m.timers.Len() > 0 {
+			wait = time.Duration(m.timers.Min().deadline - now)
 		}
 		if len(m.timeWaitQueue) > 0 {
 			wait = min(wait, time.Duration(m.timeWaitQueue[0].at-now))
@@ -515,39 +509,11 @@ func (o *outbox) flush(m *Manager) {
 	}
 }
 
-// timerHeap orders the IDs waiting for an answer by deadline; each knows
-// its place (hidx, one-based) so that an answer removes it at once.
-type timerHeap []*ID
-
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
-func (h timerHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].hidx, h[j].hidx = int32(i+1), int32(j+1)
-}
-func (h *timerHeap) Push(x any) {
-	id := x.(*ID)
-	id.hidx = int32(len(*h) + 1)
-	*h = append(*h, id)
-}
-func (h *timerHeap) Pop() any {
-	old := *h
-	id := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	id.hidx = 0
-	if len(*h) == 0 {
-		*h = nil // let a burst's array go
-	}
-	return id
-}
-
-func random64() uint64 {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("cm: no system randomness: " + err.Error())
-	}
-	return binary.LittleEndian.Uint64(b[:])
+// timerOrder orders the IDs waiting for an answer by deadline; each
+// knows its place (hidx, one-based; 0 outside the heap) so that an
+// answer removes it at once.
+func timerOrder() minheap.Heap[*ID] {
+	return minheap.New(func(a, b *ID) bool { return a.deadline < b.deadline }, func(id *ID, i int) { id.hidx = int32(i + 1) })
 }
 
 // serviceID is the rdma_cm service ID of a port in the TCP port space.

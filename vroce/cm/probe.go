@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"vroce.dev/internal/secrand"
 	"vroce.dev/vroce"
 	"vroce.dev/vroce/wire"
 )
@@ -75,9 +76,9 @@ func Probe(ctx context.Context, to netip.AddrPort, service uint16) (ProbeResult,
 	defer c.Close()
 	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	flow := wire.Flow{Src: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), Dst: to}
-	reqID := uint32(random64())
+	reqID := uint32(secrand.Uint64())
 	var mb [vroce.MADSize]byte
-	(&mad{attr: attrSIDRReq, tid: random64(), localID: reqID, serviceID: serviceID(service)}).marshal(&mb)
+	(&mad{attr: attrSIDRReq, tid: secrand.Uint64(), localID: reqID, serviceID: serviceID(service)}).marshal(&mb)
 	p := wire.Packet{
 		BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: vroce.GSIQPN},
 		DETH: wire.DETH{QKey: vroce.GSIQKey, SrcQP: vroce.GSIQPN},
@@ -165,7 +166,7 @@ func (m *Manager) Probe(ctx context.Context, to netip.AddrPort, service uint16) 
 	}
 	var reqID uint32
 	for reqID == 0 || m.probes[reqID] != nil {
-		reqID = uint32(random64())
+		reqID = uint32(secrand.Uint64())
 	}
 	m.probes[reqID] = c
 	m.mu.Unlock()
@@ -174,7 +175,7 @@ func (m *Manager) Probe(ctx context.Context, to netip.AddrPort, service uint16) 
 		delete(m.probes, reqID)
 		m.mu.Unlock()
 	}()
-	req := &mad{attr: attrSIDRReq, tid: random64(), localID: reqID, serviceID: serviceID(service)}
+	req := &mad{attr: attrSIDRReq, tid: secrand.Uint64(), localID: reqID, serviceID: serviceID(service)}
 	t := time.NewTimer(probeInterval)
 	defer t.Stop()
 	for interval := probeInterval; ; {
