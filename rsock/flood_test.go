@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"vroce.dev/internal/pcap"
-	"vroce.dev/internal/verbstest"
+	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/vroce"
 	"vroce.dev/vroce/wire"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"vroce.dev/internal/verbstest"
+	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/providers/sim"
 	"vroce.dev/vroce"
 )

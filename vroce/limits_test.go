@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"vroce.dev/internal/verbstest"
+	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/vroce"
 )
 

@@ -7,7 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"vroce.dev/internal/verbstest"
+	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/vroce"
 )
 

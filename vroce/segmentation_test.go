@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"vroce.dev/internal/verbstest"
+	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/vroce"
 )
 

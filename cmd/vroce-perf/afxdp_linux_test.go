@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"vroce.dev/internal/netnstest"
+	"vroce.dev/internal/testkit/netnstest"
 )
 
 // TestAFXDPBetweenNamespaces runs the vroce-perf command as on two hosts:

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"vroce.dev/internal/netnstest"
+	"vroce.dev/internal/testkit/netnstest"
 )
 
 // The guest: one qemu (TCG: no KVM here) running Debian's kernel with

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"vroce.dev/internal/netnstest"
-	"vroce.dev/internal/providertest"
-	"vroce.dev/internal/verbstest"
+	"vroce.dev/internal/testkit/netnstest"
+	"vroce.dev/internal/testkit/providertest"
+	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/providers/afxdp"
 	_ "vroce.dev/providers/udp"
 	"vroce.dev/rsock"

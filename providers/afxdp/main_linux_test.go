@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"vroce.dev/internal/netnstest"
+	"vroce.dev/internal/testkit/netnstest"
 	"vroce.dev/providers/afxdp"
 	"vroce.dev/vroce"
 )

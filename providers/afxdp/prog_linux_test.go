@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
-	"vroce.dev/internal/netnstest"
+	"vroce.dev/internal/testkit/netnstest"
 )
 
 // attachByNetlink attaches a program the old way, through netlink, as a

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"vroce.dev/internal/providertest"
+	"vroce.dev/internal/testkit/providertest"
 	"vroce.dev/vroce"
 )
 

@@ -4,7 +4,7 @@ import (
 	"runtime"
 	"testing"
 
-	"vroce.dev/internal/providertest"
+	"vroce.dev/internal/testkit/providertest"
 	"vroce.dev/vroce"
 )
 

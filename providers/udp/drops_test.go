@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"vroce.dev/internal/verbstest"
+	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/vroce"
 )
 

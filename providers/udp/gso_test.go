@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"vroce.dev/internal/providertest"
+	"vroce.dev/internal/testkit/providertest"
 	"vroce.dev/vroce"
 )
 

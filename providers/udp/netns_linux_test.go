@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"vroce.dev/internal/netnstest"
-	"vroce.dev/internal/verbstest"
+	"vroce.dev/internal/testkit/netnstest"
+	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/vroce"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"vroce.dev/internal/verbstest"
+	"vroce.dev/internal/testkit/verbstest"
 	_ "vroce.dev/providers/udp"
 	"vroce.dev/vroce"
 	"vroce.dev/vroce/cm"
