@@ -120,7 +120,7 @@ func (s *stream) CopyFrom(r io.Reader, cancel <-chan struct{}) (int64, error) {
 					s.st.putBuf(s.pending)
 				}
 				b.n, s.pending, b = n, b, nil
-				s.flushLocked()
+				s.sendPendingLocked()
 			} else {
 				// A Write filled the pending buffer meanwhile: ours
 				// goes after it, copied.

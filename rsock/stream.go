@@ -130,7 +130,8 @@ func (s *stream) start(peer streamHello) {
 	s.mu.Unlock()
 }
 
-func kick(c chan struct{}) {
+// wakeOne wakes the goroutine waiting on c, or the next to wait.
+func wakeOne(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
 	default:
@@ -234,7 +235,7 @@ func (s *stream) grantLocked() {
 		return // after its FIN the peer sends nothing more to grant for
 	}
 	if s.pending != nil && s.pending.n > 0 && s.credits > 0 {
-		s.flushLocked()
+		s.sendPendingLocked()
 		return
 	}
 	s.controlLocked(kindCredit)
@@ -286,7 +287,7 @@ func (s *stream) writeLocked(p []byte, cancel <-chan struct{}) (int, error) {
 			s.pending.n += k
 			n += k
 		}
-		s.flushLocked()
+		s.sendPendingLocked()
 		if n == len(p) {
 			continue
 		}
@@ -316,8 +317,8 @@ func (s *stream) awaitCreditLocked(cancel <-chan struct{}) bool {
 	}
 }
 
-// flushLocked sends the pending data if the peer has a credit for it.
-func (s *stream) flushLocked() {
+// sendPendingLocked sends the pending data if the peer has a credit for it.
+func (s *stream) sendPendingLocked() {
 	b := s.pending
 	if b == nil || b.n == 0 || s.credits == 0 || s.state.hasFailed() || s.state == stateReleased {
 		return
@@ -359,9 +360,9 @@ func (s *stream) advanceLocked() bool {
 		return false
 	}
 	if !s.state.hasFailed() {
-		s.flushLocked()
+		s.sendPendingLocked()
 		if s.credits > 0 && (s.pending == nil || s.pending.n < s.pendingLimit()) {
-			kick(s.wwake)
+			wakeOne(s.wwake)
 		}
 		if s.state.owesFIN() && !s.finPosted && (s.pending == nil || s.pending.n == 0) && s.controlLocked(kindFIN) {
 			s.finPosted = true
@@ -423,7 +424,7 @@ func (s *stream) Close() error {
 	}
 	s.rq.Reset()
 	s.rwake.Notify()
-	kick(s.wwake)
+	wakeOne(s.wwake)
 	wait := lingerTimeout
 	switch {
 	case s.state.hasFailed():
@@ -460,7 +461,7 @@ func (s *stream) resetLocked() {
 		s.on(evRstPosted)
 	}
 	s.rwake.Notify()
-	kick(s.wwake)
+	wakeOne(s.wwake)
 }
 
 // expire ends a close that took too long.
@@ -494,7 +495,7 @@ func (s *stream) failLocked(err error) {
 		s.on(evFailure)
 	}
 	s.rwake.Notify()
-	kick(s.wwake)
+	wakeOne(s.wwake)
 }
 
 // onRecv takes a received message (the poller's goroutine).

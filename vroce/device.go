@@ -392,8 +392,8 @@ func (d *Device) checkICRC(pkt *Packet) bool {
 func (d *Device) getBatch() *txBatch  { return d.batches.Get().(*txBatch) }
 func (d *Device) putBatch(b *txBatch) { b.reset(); d.batches.Put(b) }
 
-// flush sends what b holds.
-func (d *Device) flush(b *txBatch) {
+// transmit sends what b holds.
+func (d *Device) transmit(b *txBatch) {
 	if len(b.pkts) == 0 {
 		return
 	}

@@ -92,7 +92,7 @@ func (g *GSI) Send(to netip.AddrPort, mad []byte) error {
 	}
 	copy(buf[hl:], mad)
 	b.add(flow, wire.Finish(buf, hl+MADSize))
-	d.flush(b)
+	d.transmit(b)
 	return nil
 }
 

@@ -244,7 +244,7 @@ func (qp *QP) toErrorLocked() {
 		// completion is seen.
 		b := qp.dev.getBatch()
 		qp.sendOwedAckLocked(b)
-		qp.dev.flush(b)
+		qp.dev.transmit(b)
 		qp.dev.putBatch(b)
 	}
 	qp.state = QPSErr
@@ -422,14 +422,15 @@ func (qp *QP) kickAt(now int64) {
 	} else {
 		qp.req.pump(qp, b, now)
 	}
-	qp.dev.flush(b)
+	qp.dev.transmit(b)
 	qp.dev.putBatch(b)
 }
 
-// emit makes room for one more packet in b, sending it if full.
-func (qp *QP) emit(b *txBatch) []byte {
+// packetBuf makes room for one more packet in b, sending b first if it is
+// full, and returns the buffer to build it in.
+func (qp *QP) packetBuf(b *txBatch) []byte {
 	if b.full() {
-		qp.dev.flush(b)
+		qp.dev.transmit(b)
 	}
 	return b.buf()
 }
@@ -445,7 +446,7 @@ func (qp *QP) onTimer() {
 	}
 	b := qp.dev.getBatch()
 	qp.req.onTimer(qp, qp.dev.now(), b)
-	qp.dev.flush(b)
+	qp.dev.transmit(b)
 	qp.dev.putBatch(b)
 }
 

@@ -306,7 +306,7 @@ func (r *requester) failAt(qp *QP) int64 {
 func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) uint32 {
 	mtu := qp.mtu
 	k := int(psnDiff(psn, w.psn))
-	buf := qp.emit(b)
+	buf := qp.packetBuf(b)
 	p := wire.Packet{BTH: wire.BTH{PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psn}}
 	n, covers := 0, 1
 	switch {

@@ -126,7 +126,7 @@ func (rb *requesterBench) timer(now int64) {
 	defer qp.mu.Unlock()
 	b := qp.dev.getBatch()
 	qp.req.onTimer(qp, now, b)
-	qp.dev.flush(b)
+	qp.dev.transmit(b)
 	qp.dev.putBatch(b)
 }
 

@@ -549,7 +549,7 @@ func (r *responder) sendHeaders(qp *QP, out *txBatch, p *wire.Packet, s *wire.SA
 	if p.BTH.Opcode == wire.RCAcknowledge {
 		qp.stats.ACKsSent++
 	}
-	buf := qp.emit(out)
+	buf := qp.packetBuf(out)
 	p.BTH.PKey, p.BTH.DestQP, p.AETH.MSN = wire.DefaultPKey, qp.attr.DestQPN, r.msn
 	trailer := 0
 	if s != nil && s.N > 0 {
@@ -583,7 +583,7 @@ func (r *responder) sendReadResponses(qp *QP, out *txBatch, s span, psn uint32, 
 		}
 		off := i * mtu
 		size := min(mtu, s.n-off)
-		buf := qp.emit(out)
+		buf := qp.packetBuf(out)
 		p := wire.Packet{
 			BTH:  wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psnAdd(psn, i)},
 			AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn},

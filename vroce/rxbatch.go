@@ -62,7 +62,7 @@ func (d *Device) settle(rb *rxBatch, keep bool) {
 		qp.sendOwedAck(rb.out)
 	}
 	rb.acks = kept
-	d.flush(rb.out)
+	d.transmit(rb.out)
 }
 
 // sendLeftOwed sends the ACKs a holder of the turn left owed (taken into
@@ -80,7 +80,7 @@ func (d *Device) sendLeftOwed(rb *rxBatch) {
 		rb.acks[i] = nil
 	}
 	rb.acks = rb.acks[:0]
-	d.flush(rb.out)
+	d.transmit(rb.out)
 }
 
 // leavesAckOwed reports whether the QP's owed ACK may wait for a request

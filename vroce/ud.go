@@ -46,7 +46,7 @@ func (qp *QP) pumpUD(b *txBatch) {
 	q := &qp.sq
 	for q.next < q.tail && qp.state == QPSRTS {
 		w := q.slot(q.next)
-		buf := qp.emit(b)
+		buf := qp.packetBuf(b)
 		p := wire.Packet{
 			BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: w.ud.qpn, PSN: qp.udPSN, SE: w.flags&SendSolicited != 0},
 			DETH: wire.DETH{QKey: w.ud.qkey, SrcQP: qp.qpn},

@@ -145,7 +145,7 @@ func (id *ID) Disconnect() error {
 		return fmt.Errorf("cm: disconnect: the connection is not established")
 	}
 	m.mu.Unlock()
-	o.flush(m)
+	o.carryOut(m)
 	return nil
 }
 
@@ -203,7 +203,7 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 	var o outbox
 	m.start(id, &o)
 	m.mu.Unlock()
-	o.flush(m)
+	o.carryOut(m)
 
 	select {
 	case <-id.wake:
@@ -222,7 +222,7 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 		o = outbox{}
 		o.send(to, id.reject(RejectTimeout, msgREQ, nil))
 		m.mu.Unlock()
-		o.flush(m)
+		o.carryOut(m)
 		return nil, fmt.Errorf("cm: connect to %v: %w", to, ctx.Err())
 	default:
 		err := id.err
@@ -258,7 +258,7 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 		o.event(Event{Type: EventEstablished, ID: id})
 	}
 	m.mu.Unlock()
-	o.flush(m)
+	o.carryOut(m)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +373,7 @@ func (l *Listener) Close() error {
 		l.signal()
 	}
 	m.mu.Unlock()
-	o.flush(m)
+	o.carryOut(m)
 	return nil
 }
 
@@ -448,7 +448,7 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 		m.start(id, &o)
 	}
 	m.mu.Unlock()
-	o.flush(m)
+	o.carryOut(m)
 	if err != nil {
 		return nil, fmt.Errorf("cm: accept: %w", err)
 	}
@@ -474,7 +474,7 @@ func (r *Request) Reject(reason RejectReason, privateData []byte) error {
 		o.send(id.peer, id.reject(reason, msgREQ, privateData))
 	}
 	m.mu.Unlock()
-	o.flush(m)
+	o.carryOut(m)
 	return err
 }
 

@@ -247,7 +247,7 @@ func (m *Manager) Close() error {
 	}
 	clear(m.listeners)
 	m.mu.Unlock()
-	o.flush(m)
+	o.carryOut(m)
 	close(m.done)
 	m.wg.Wait()
 	return m.gsi.Close()
@@ -406,7 +406,7 @@ func (m *Manager) timerLoop() {
 			wait = min(wait, time.Duration(m.timeWaitQueue[0].at-now))
 		}
 		m.mu.Unlock()
-		o.flush(m)
+		o.carryOut(m)
 		t.Reset(wait)
 		select {
 		case <-t.C:
@@ -484,7 +484,7 @@ func (o *outbox) wake(id *ID) {
 	}
 }
 
-func (o *outbox) flush(m *Manager) {
+func (o *outbox) carryOut(m *Manager) {
 	// QPs fail first: an ACK one owes leaves as it does (vroce), ahead
 	// of the DREQ or DREP that ends the connection.
 	for _, qp := range o.fails {

@@ -181,7 +181,7 @@ func (m *Manager) Probe(ctx context.Context, to netip.AddrPort, service uint16) 
 	for interval := probeInterval; ; {
 		var o outbox
 		o.send(to, req)
-		o.flush(m)
+		o.carryOut(m)
 		select {
 		case r := <-c:
 			return r, nil

@@ -54,7 +54,7 @@ func (m *Manager) receive(from netip.AddrPort, b []byte) {
 	if !ok {
 		m.counts.unexpected.Add(1)
 	}
-	o.flush(m)
+	o.carryOut(m)
 }
 
 // lookup finds the connection a message names, checking it comes from
