@@ -127,7 +127,7 @@ func (s *connSide) params() cm.Params {
 
 // driveConnRate is the client's conn_rate.
 func driveConnRate(cfg *config, c *control, network *sim.Network) ([]*result, error) {
-	if err := c.send(hello{Version: protocolVersion, Config: *cfg}); err != nil {
+	if err := c.send(hello{Version: protocolVersion, Params: cfg.params}); err != nil {
 		return nil, err
 	}
 	var ci connInfo
@@ -230,7 +230,7 @@ func driveConnRate(cfg *config, c *control, network *sim.Network) ([]*result, er
 
 // serveConnRate is the server's conn_rate: it accepts until the client
 // says it is done.
-func serveConnRate(cfg *config, c *control, network *sim.Network, run *config) error {
+func serveConnRate(cfg, run *config, c *control, network *sim.Network) error {
 	before := measureMemory()
 	s, err := newConnSide(run, run.devConfig("server", network))
 	if err != nil {

@@ -31,48 +31,51 @@ import (
 	"vroce.dev/vroce"
 )
 
-var tests = map[string]bool{
-	"send_bw": true, "write_bw": true, "read_bw": true,
-	"send_lat": true, "write_lat": true, "read_lat": true, "atomic_lat": true,
-	"conn_rate": true, "stream_bw": true, "stream_lat": true, "rping": true,
-}
-
-// config is a run's parameters; the client sends it to the server.
-type config struct {
-	Test     string
-	Provider string
-	Iface    string        `json:"-"` // local to each end
-	BusyPoll time.Duration `json:"-"` // local to each end
-	Size     int
-	Iters    int
-	MTU      int
-	QPs      int
-	TxDepth  int
-	Verify   bool
-	Compare  string
-	Inline   int
-	// conn_rate
+// params is what a run is: the client's choice, which its hello carries
+// to the server (whose own flags must name the same test).
+type params struct {
+	Test    string
+	Size    int
+	Iters   int
+	MTU     int
+	QPs     int
+	TxDepth int
+	Verify  bool
+	Compare string
+	Inline  int
+	// conn_rate and the streams
 	Mode        string
 	Backlog     int
 	Concurrency int
-	Loss        float64       `json:"-"`
-	Reorder     float64       `json:"-"`
-	Dup         float64       `json:"-"`
-	Delay       time.Duration `json:"-"`
-	GoBackN     bool          `json:"-"`
-	JSON        bool          `json:"-"`
-	Loopback    bool          `json:"-"`
-	Port        int           `json:"-"`
-	DevAddr     string        `json:"-"`
-	Server      string        `json:"-"`
-	CPUProf     string        `json:"-"`
-	Trace       string        `json:"-"`
+}
+
+// config is one end's flags: the run's params, and what is this end's
+// own: its provider and device, the simulated network's faults (with
+// --loopback both ends share them), output and profiling, and the
+// out-of-band exchange of another tool.
+type config struct {
+	params
+	Provider string
+	Iface    string
+	BusyPoll time.Duration
+	DevAddr  string
+	Loss     float64
+	Reorder  float64
+	Dup      float64
+	Delay    time.Duration
+	GoBackN  bool
+	JSON     bool
+	Loopback bool
+	Port     int
+	Server   string
+	CPUProf  string
+	Trace    string
 	// Oob names the out-of-band exchange of another tool to speak
 	// instead of vroce-perf's own: pingpong (rdma-core's
 	// ibv_rc_pingpong and ibv_ud_pingpong), perftest.
-	Oob       string `json:"-"`
-	Conn      string `json:"-"` // RC or UD, as perftest's -c
-	RDMACM    bool   `json:"-"` // --oob perftest over RDMA_CM, as perftest's -R
+	Oob       string
+	Conn      string // RC or UD, as perftest's -c
+	RDMACM    bool   // --oob perftest over RDMA_CM, as perftest's -R
 	quietProg bool
 }
 
@@ -102,7 +105,7 @@ flags:
 }
 
 func main() {
-	if len(os.Args) < 2 || !tests[os.Args[1]] {
+	if len(os.Args) < 2 || !isTest(os.Args[1]) {
 		if len(os.Args) >= 2 && (os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help") {
 			defineFlags(&config{})
 			usage(os.Stdout)
@@ -113,7 +116,7 @@ func main() {
 		usage(os.Stderr)
 		os.Exit(2)
 	}
-	cfg := &config{Test: os.Args[1]}
+	cfg := &config{params: params{Test: os.Args[1]}}
 	defineFlags(cfg)
 	if err := flag.CommandLine.Parse(os.Args[2:]); err != nil {
 		os.Exit(2)

@@ -92,16 +92,16 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		cfg  config
 		run  func(*config) error
 	}{
-		{"rc pingpong", config{Test: "send_lat", Oob: "pingpong", Iters: 20}, runPingpong},
-		{"ud pingpong", config{Test: "send_lat", Oob: "pingpong", Conn: "UD", Size: 512, Iters: 20}, runPingpong},
-		{"perftest write_bw", config{Test: "write_bw", Oob: "perftest", Size: 8192, Iters: 50}, runPerftest},
-		{"perftest read_bw", config{Test: "read_bw", Oob: "perftest", Size: 8192, Iters: 50}, runPerftest},
-		{"perftest send_bw", config{Test: "send_bw", Oob: "perftest", Size: 4096, Iters: 700}, runPerftest},
-		{"perftest send_lat", config{Test: "send_lat", Oob: "perftest", Size: 13, Iters: 50}, runPerftest},
-		{"perftest -R write_bw", config{Test: "write_bw", Oob: "perftest", RDMACM: true, Size: 8192, Iters: 50}, runPerftest},
-		{"perftest -R read_bw", config{Test: "read_bw", Oob: "perftest", RDMACM: true, Size: 8192, Iters: 50}, runPerftest},
-		{"perftest -R send_lat", config{Test: "send_lat", Oob: "perftest", RDMACM: true, Size: 13, Iters: 50}, runPerftest},
-		{"rping", config{Test: "rping", Size: 64, Iters: 5}, runRping},
+		{"rc pingpong", config{params: params{Test: "send_lat", Iters: 20}, Oob: "pingpong"}, runPingpong},
+		{"ud pingpong", config{params: params{Test: "send_lat", Size: 512, Iters: 20}, Oob: "pingpong", Conn: "UD"}, runPingpong},
+		{"perftest write_bw", config{params: params{Test: "write_bw", Size: 8192, Iters: 50}, Oob: "perftest"}, runPerftest},
+		{"perftest read_bw", config{params: params{Test: "read_bw", Size: 8192, Iters: 50}, Oob: "perftest"}, runPerftest},
+		{"perftest send_bw", config{params: params{Test: "send_bw", Size: 4096, Iters: 700}, Oob: "perftest"}, runPerftest},
+		{"perftest send_lat", config{params: params{Test: "send_lat", Size: 13, Iters: 50}, Oob: "perftest"}, runPerftest},
+		{"perftest -R write_bw", config{params: params{Test: "write_bw", Size: 8192, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},
+		{"perftest -R read_bw", config{params: params{Test: "read_bw", Size: 8192, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},
+		{"perftest -R send_lat", config{params: params{Test: "send_lat", Size: 13, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},
+		{"rping", config{params: params{Test: "rping", Size: 64, Iters: 5}}, runRping},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -15,12 +15,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestEveryTestRunsVerifiedInLoopback(t *testing.T) {
 	for _, provider := range []string{"sim", "udp"} {
-		for test := range tests {
-			if test == "conn_rate" || test == "rping" {
-				continue // TestConnRate, TestOOBBetweenTwoEnds
+		for test := range runners {
+			if test == "conn_rate" {
+				continue // TestConnRate
 			}
 			t.Run(provider+"/"+test, func(t *testing.T) {
-				cfg := &config{Test: test, Provider: provider, Iters: 64, QPs: 2, TxDepth: 16, Verify: true, Loopback: true, Compare: "tcp", quietProg: true}
+				cfg := &config{params: params{Test: test, Iters: 64, QPs: 2, TxDepth: 16, Verify: true, Compare: "tcp"}, Provider: provider, Loopback: true, quietProg: true}
 				if !cfg.isLat() {
 					cfg.Size = 10000 // not a multiple of the MTU or of 8
 				}
@@ -67,13 +67,13 @@ func TestJSONHasTheDocumentedFields(t *testing.T) {
 
 func TestBadFlagsAreRefused(t *testing.T) {
 	for _, c := range []config{
-		{Test: "atomic_lat", Size: 16},
-		{Test: "write_bw", QPs: 0},
-		{Test: "write_bw", QPs: 1, TxDepth: 1, MTU: 1500},
-		{Test: "write_bw", QPs: 1, TxDepth: 1, Compare: "quic"},
-		{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "rdma"},
-		{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "cm", Compare: "tcp"},
-		{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "cm", Backlog: -1},
+		{params: params{Test: "atomic_lat", Size: 16}},
+		{params: params{Test: "write_bw", QPs: 0}},
+		{params: params{Test: "write_bw", QPs: 1, TxDepth: 1, MTU: 1500}},
+		{params: params{Test: "write_bw", QPs: 1, TxDepth: 1, Compare: "quic"}},
+		{params: params{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "rdma"}},
+		{params: params{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "cm", Compare: "tcp"}},
+		{params: params{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "cm", Backlog: -1}},
 	} {
 		if err := c.finish(); err == nil {
 			t.Errorf("%+v accepted", c)
@@ -109,9 +109,8 @@ func TestClientAndServerMeetOverTCP(t *testing.T) {
 	}
 	defer ln.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	srv := &config{Test: "read_bw", Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, JSON: true, QPs: 1, TxDepth: 128}
-	cli := &config{Test: "read_bw", Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, Server: "127.0.0.1",
-		Iters: 200, Size: 20000, QPs: 2, TxDepth: 8, Verify: true, Compare: "tcp", quietProg: true}
+	srv := &config{params: params{Test: "read_bw", QPs: 1, TxDepth: 128}, Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, JSON: true}
+	cli := &config{params: params{Test: "read_bw", Iters: 200, Size: 20000, QPs: 2, TxDepth: 8, Verify: true, Compare: "tcp"}, Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, Server: "127.0.0.1", quietProg: true}
 	for _, c := range []*config{srv, cli} {
 		if err := c.finish(); err != nil {
 			t.Fatal(err)
@@ -148,7 +147,7 @@ func TestClientAndServerMeetOverTCP(t *testing.T) {
 func TestConnRate(t *testing.T) {
 	for _, mode := range []string{"cm", "socket"} {
 		t.Run(mode+"/loopback", func(t *testing.T) {
-			cfg := &config{Test: "conn_rate", Provider: "udp", Mode: mode, TxDepth: 1, QPs: 1500, Backlog: 32, Concurrency: 256, Loopback: true, quietProg: true}
+			cfg := &config{params: params{Test: "conn_rate", Mode: mode, TxDepth: 1, QPs: 1500, Backlog: 32, Concurrency: 256}, Provider: "udp", Loopback: true, quietProg: true}
 			if err := cfg.finish(); err != nil {
 				t.Fatal(err)
 			}
@@ -166,8 +165,8 @@ func TestConnRate(t *testing.T) {
 		}
 		defer ln.Close()
 		port := ln.Addr().(*net.TCPAddr).Port
-		srv := &config{Test: "conn_rate", Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, QPs: 1, TxDepth: 1, Mode: "cm", Backlog: 16}
-		cli := &config{Test: "conn_rate", Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, Server: "127.0.0.1", QPs: 500, TxDepth: 1, Mode: "cm", quietProg: true}
+		srv := &config{params: params{Test: "conn_rate", QPs: 1, TxDepth: 1, Mode: "cm", Backlog: 16}, Provider: "udp", DevAddr: "127.0.0.1:0", Port: port}
+		cli := &config{params: params{Test: "conn_rate", QPs: 500, TxDepth: 1, Mode: "cm"}, Provider: "udp", DevAddr: "127.0.0.1:0", Port: port, Server: "127.0.0.1", quietProg: true}
 		for _, c := range []*config{srv, cli} {
 			if err := c.finish(); err != nil {
 				t.Fatal(err)
@@ -221,8 +220,7 @@ func TestStreamTests(t *testing.T) {
 	for _, c := range []struct{ provider, mode string }{{"udp", "socket"}, {"udp", "cm"}, {"sim", "cm"}} {
 		for _, test := range []string{"stream_bw", "stream_lat"} {
 			t.Run(c.provider+"/"+c.mode+"/"+test, func(t *testing.T) {
-				cfg := &config{Test: test, Provider: c.provider, Mode: c.mode, Iters: 200, Size: 10000, TxDepth: 1, QPs: 1,
-					Verify: true, Loopback: true, Compare: "tcp", quietProg: true}
+				cfg := &config{params: params{Test: test, Mode: c.mode, Iters: 200, Size: 10000, TxDepth: 1, QPs: 1, Verify: true, Compare: "tcp"}, Provider: c.provider, Loopback: true, quietProg: true}
 				if c.provider == "sim" {
 					cfg.Loss = 0.01
 				}

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
-	"strings"
 
 	"vroce.dev/internal/workload"
 	"vroce.dev/providers/afxdp"
@@ -16,10 +15,10 @@ import (
 	"vroce.dev/vroce"
 )
 
-// hello is the client's first control message.
+// hello is the client's first control message: the run it asks for.
 type hello struct {
 	Version int    `json:"version"`
-	Config  config `json:"config"`
+	Params  params `json:"params"`
 	Info    info   `json:"info"`
 }
 
@@ -29,7 +28,7 @@ type done struct {
 	Error   string    `json:"error,omitempty"`
 }
 
-const protocolVersion = 1
+const protocolVersion = 2 // 2: the hello carries params, not the client's whole config
 
 func run(cfg *config) ([]*result, error) {
 	if cfg.Loopback {
@@ -151,21 +150,53 @@ func controlIP(c net.Conn) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// drive is the client: it sets up, tells the server, runs the test and
-// the comparison, and returns the results.
+// A runner is how one kind of test runs over the control connection:
+// the client's side (drive) and the server's (serve, given its own
+// flags and the run the client asked for).
+type runner struct {
+	drive func(cfg *config, c *control, network *sim.Network) ([]*result, error)
+	serve func(cfg, run *config, h *hello, c *control, network *sim.Network) ([]*result, error)
+}
+
+// printsNothing is a server side whose results only the client prints.
+func printsNothing(serve func(cfg, run *config, c *control, network *sim.Network) error) func(cfg, run *config, h *hello, c *control, network *sim.Network) ([]*result, error) {
+	return func(cfg, run *config, _ *hello, c *control, network *sim.Network) ([]*result, error) {
+		return nil, serve(cfg, run, c, network)
+	}
+}
+
+var (
+	verbs  = runner{driveVerbs, serveVerbs}
+	stream = runner{driveStream, printsNothing(serveStream)}
+	// runners are vroce-perf's own tests, by name; rping and --oob speak
+	// other tools' exchanges instead.
+	runners = map[string]runner{
+		"send_bw": verbs, "write_bw": verbs, "read_bw": verbs,
+		"send_lat": verbs, "write_lat": verbs, "read_lat": verbs, "atomic_lat": verbs,
+		"conn_rate": {driveConnRate, printsNothing(serveConnRate)}, "stream_bw": stream, "stream_lat": stream,
+	}
+)
+
+// isTest reports whether name is a test vroce-perf runs.
+func isTest(name string) bool {
+	_, ok := runners[name]
+	return ok || name == "rping"
+}
+
+// drive is the client: it runs the test cfg names.
 func drive(cfg *config, c *control, network *sim.Network) ([]*result, error) {
-	if cfg.Test == "conn_rate" {
-		return driveConnRate(cfg, c, network)
-	}
-	if strings.HasPrefix(cfg.Test, "stream_") {
-		return driveStream(cfg, c, network)
-	}
+	return runners[cfg.Test].drive(cfg, c, network)
+}
+
+// driveVerbs is the client of a verbs test: it sets up, tells the server,
+// runs the test and the comparison, and returns the results.
+func driveVerbs(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 	s, err := newSide(cfg, cfg.devConfig("client", network))
 	if err != nil {
 		return nil, err
 	}
 	defer s.close()
-	if err := c.send(hello{Version: protocolVersion, Config: *cfg, Info: s.info()}); err != nil {
+	if err := c.send(hello{Version: protocolVersion, Params: cfg.params, Info: s.info()}); err != nil {
 		return nil, err
 	}
 	var peer info
@@ -233,19 +264,17 @@ func serve(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 	if h.Version != protocolVersion {
 		return nil, fmt.Errorf("client speaks protocol %d, we speak %d", h.Version, protocolVersion)
 	}
-	run := h.Config
-	run.JSON, run.Loopback, run.DevAddr, run.quietProg = cfg.JSON, cfg.Loopback, cfg.DevAddr, true
-	run.Provider, run.Iface, run.BusyPoll = cfg.Provider, cfg.Iface, cfg.BusyPoll
-	if run.Test != cfg.Test {
-		return nil, fmt.Errorf("client runs %s, this server %s", run.Test, cfg.Test)
+	if h.Params.Test != cfg.Test {
+		return nil, fmt.Errorf("client runs %s, this server %s", h.Params.Test, cfg.Test)
 	}
-	if run.Test == "conn_rate" {
-		return nil, serveConnRate(cfg, c, network, &run)
-	}
-	if strings.HasPrefix(run.Test, "stream_") {
-		return nil, serveStream(c, network, &run)
-	}
-	s, err := newSide(&run, run.devConfig("server", network))
+	run := *cfg // this end's own flags, and the client's run
+	run.params, run.quietProg = h.Params, true
+	return runners[run.Test].serve(cfg, &run, &h, c, network)
+}
+
+// serveVerbs is the server of a verbs test.
+func serveVerbs(cfg, run *config, h *hello, c *control, network *sim.Network) ([]*result, error) {
+	s, err := newSide(run, run.devConfig("server", network))
 	if err != nil {
 		c.send(done{Error: err.Error()})
 		return nil, err
@@ -291,7 +320,7 @@ func serve(cfg *config, c *control, network *sim.Network) ([]*result, error) {
 		return nil, errors.New("client: " + d.Error)
 	}
 	if run.Compare == "tcp" {
-		if err := serverTCP(c, &run); err != nil {
+		if err := serverTCP(c, run); err != nil {
 			return d.Results, fmt.Errorf("tcp comparison: %w", err)
 		}
 	}

@@ -51,7 +51,7 @@ func (s streamSetup) dialer() *rsock.Dialer {
 // driveStream is the client: it runs the workload over rsock, then over
 // TCP if asked.
 func driveStream(cfg *config, c *control, network *sim.Network) ([]*result, error) {
-	if err := c.send(hello{Version: protocolVersion, Config: *cfg}); err != nil {
+	if err := c.send(hello{Version: protocolVersion, Params: cfg.params}); err != nil {
 		return nil, err
 	}
 	var ports streamPorts
@@ -99,7 +99,7 @@ func driveStream(cfg *config, c *control, network *sim.Network) ([]*result, erro
 
 // serveStream is the server: it listens with rsock and plain TCP, tells
 // the client where, and serves one connection on each.
-func serveStream(c *control, network *sim.Network, run *config) error {
+func serveStream(_, run *config, c *control, network *sim.Network) error {
 	defer drainStreams()
 	set := streamSetup{run, network}
 	ip := controlIP(c.conn).String()
