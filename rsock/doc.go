@@ -34,4 +34,12 @@
 // and netconn's read deadline interrupts that receive. A Conn is an
 // io.ReaderFrom and io.WriterTo: io.Copy reads straight into registered
 // send buffers and writes straight from the receive buffers (copy.go).
+//
+// Where things are: stream.go is a stream's two halves and its lifecycle,
+// whose states (named after TCP's: ESTABLISHED, FIN_WAIT_1, ...) and
+// transitions are streamstate.go's; protocol.go the messages and the
+// connection hello; stack.go a device's shared machinery and its lifetime,
+// with buffers.go (registered buffers, the SRQ top-up), poll.go
+// (completions to streams) and keepalive.go beside it; dial.go and
+// listen.go the two connection modes and the TCP fallback (conn.go).
 package rsock

@@ -36,13 +36,32 @@
 // sent by the goroutine that posts them, under the QP's lock, so they leave
 // in PSN order. Queues grow with use, so an idle QP costs little memory.
 //
-// RC follows the InfiniBand roles (rxe's requester, responder and
-// completer): messages segment at the path MTU, PSNs are 24-bit, a
-// responder NAKs the first gap and the requester goes back to it, the
-// retransmission timer recovers lost tails, duplicates are acknowledged and
-// atomics are answered from a result cache, never executed twice. Remote
-// accesses are checked against the MR's key, PD, bounds and access flags
-// before any byte moves. Keys, QPNs and initial PSNs are random.
+// RC follows the InfiniBand roles, one file each as rxe has them: the
+// requester (requester.go) assigns PSNs and sends within the window, the
+// pacer and the peer budget (peerbudget.go); the completer (completer.go)
+// takes ACKs, NAKs, READ responses and atomic ACKs and completes work in
+// order; the responder (responder.go, with held.go) executes requests.
+// The requester's state is split by concern: the send queue (sendqueue.go,
+// which UD uses too), the scoreboard of PSNs in flight with SACK marking
+// and RACK-style loss detection (scoreboard.go), loss recovery's RTT, RTO,
+// backoff and tail-loss probes (recovery.go, on internal/rtt), and
+// delay-based congestion control with its pacer (congestion.go). A receive
+// batch (rxbatch.go) owes its coalesced ACKs when it ends; the responder
+// owes an ack and the completer takes one, from its own packet or riding
+// on a request.
+//
+// Two modes, chosen when a QP connects. Between vRoCE peers (selective
+// repeat negotiated): the responder holds requests that arrive ahead of
+// the PSN it expects, within bounds, and reports them in SACK blocks; the
+// requester resends only what is lost, found by SACKs, by RACK's timing or
+// by a probe, and the path's delay, not every loss, trims its window.
+// With any other RoCE peer the QP behaves as rdma_rxe: the responder NAKs
+// the first gap and the requester goes back to it. Either way messages
+// segment at the path MTU, PSNs are 24-bit, the retransmission timer
+// recovers lost tails, duplicates are acknowledged and atomics are
+// answered from a result cache, never executed twice. Remote accesses are
+// checked against the MR's key, PD, bounds and access flags before any
+// byte moves. Keys, QPNs and initial PSNs are random (internal/secrand).
 //
 // # Memory ordering
 //

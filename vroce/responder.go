@@ -7,10 +7,15 @@ import (
 	"vroce.dev/vroce/wire"
 )
 
-// The responder of an RC QP (IBA 9.7.5; rxe_resp.c): it accepts requests in
-// PSN order, places SEND and WRITE data, answers READs and atomics, NAKs
-// what is out of sequence or not allowed, and acknowledges duplicates so a
-// requester whose ACK was lost can move on.
+// The responder of an RC QP (IBA 9.7.5; rxe_resp.c): it executes requests
+// in PSN order, places SEND and WRITE data, answers READs and atomics,
+// NAKs what is not allowed, and acknowledges duplicates so a requester
+// whose ACK was lost can move on. A request ahead of the PSN it expects is
+// held and reported in the SACK blocks of the ACK it owes, when selective
+// repeat was negotiated (held.go bounds what it holds); otherwise it is
+// NAKed as out of sequence and dropped, as rxe does (go-back-N). The ACK
+// it owes is coalesced to one per receive batch (rxbatch.go) and may ride
+// on a request of ours (piggyback).
 
 type responder struct {
 	ePSN    uint32 // the PSN expected next
