@@ -178,40 +178,6 @@ func TestRequesterSendsAWindowAndArmsItsDeadlines(t *testing.T) {
 	assert.Equal(t, t0+quietProbeFloor, r.rec.probeAt, "a clean path probes after 1 ms")
 }
 
-// A cumulative ACK slides the window, gives an RTT sample and sends what
-// the window now holds, at once.
-func TestCompleterAckSlidesTheWindow(t *testing.T) {
-	rb := newRequesterBench(t)
-	rb.write(t, 64<<10, t0)
-	rb.sink.take()
-	rb.ack(ackThrough(psnAdd(benchSQPSN, 7)), t0+60_000)
-
-	r := &rb.qp.req
-	assert.Equal(t, psnAdd(benchSQPSN, 8), r.sb.sndUna)
-	assert.Equal(t, int64(60_000), r.rec.rtt.Latest, "the newest PSN acknowledged left at t0")
-	assert.Equal(t, psnRange(psnAdd(benchSQPSN, 16), 8), psns(rb.sink.take()), "eight more: the window slid by eight")
-	assert.Equal(t, t0+60_000+minRTO, r.rec.rtoAt, "the deadlines restart from the progress")
-}
-
-// A SACK past a hole marks the hole lost by sequence, and the resend goes
-// out before anything new.
-func TestCompleterSACKResendsTheHoleFirst(t *testing.T) {
-	rb := newRequesterBench(t)
-	rb.write(t, 64<<10, t0)
-	rb.sink.take()
-	hole := psnAdd(benchSQPSN, 8)
-	rb.ack(ackThrough(psnAdd(benchSQPSN, 7), wire.SACKBlock{First: psnAdd(hole, 1), Count: 7}), t0+60_000)
-
-	sent := rb.sink.take()
-	require.NotEmpty(t, sent)
-	assert.Equal(t, hole, sent[0].BTH.PSN, "the hole first")
-	assert.Equal(t, psnRange(psnAdd(benchSQPSN, 16), len(sent)-1), psns(sent[1:]), "then new PSNs, none of the held ones")
-	st := rb.qp.Stats()
-	assert.Equal(t, uint64(1), st.FastRetransmits)
-	assert.Equal(t, uint64(1), st.Retransmits)
-	assert.Equal(t, uint64(1), st.SACKsRecv)
-}
-
 // With no answer the probe fires a PTO after the send and resends the
 // oldest unconfirmed PSN; the RTO fires next and backs off, and a second
 // one presumes everything in flight lost and collapses the window. The
@@ -242,18 +208,6 @@ func TestRequesterTimersProbeThenTimeOut(t *testing.T) {
 	assert.Equal(t, 0, r.sb.lostCount)
 	assert.Equal(t, uint64(2), rb.qp.Stats().Timeouts)
 	assert.Equal(t, 2, r.rec.backoff)
-}
-
-// An ACK or NAK that names nothing in flight is counted and dropped.
-func TestCompleterDropsAckForNothingSent(t *testing.T) {
-	rb := newRequesterBench(t)
-	rb.write(t, 4<<10, t0)
-	rb.sink.take()
-	rb.ack(ackThrough(psnAdd(benchSQPSN, 100)), t0+1000)
-	rb.ack(ack{psn: psnAdd(benchSQPSN, -5), aeth: wire.AETH{Syndrome: wire.NAK(wire.NAKRemoteAccessError)}}, t0+2000)
-	assert.Equal(t, uint64(2), rb.qp.Stats().ForgedResponses)
-	assert.Equal(t, uint32(benchSQPSN), rb.qp.req.sb.sndUna)
-	assert.Equal(t, QPSRTS, rb.qp.State())
 }
 
 // deferState is a requester with a window of 200 packets, 1 KiB
