@@ -317,6 +317,13 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 		// for 2 MiB at 32 KiB packets) kept the receiver overrun.
 		room := max(1, r.window()-int(psnDiff(psn, r.sb.sndUna)))
 		covers = min(readChunk-k%readChunk, w.npsn-k, room)
+		if sent := int(psnDiff(r.sb.sndMax, psn)); sent > 0 {
+			// A resend asks again only for what was requested: the PSNs
+			// from sndMax on are nextPSN's to send. Sized by a window
+			// that had grown since, it took them too and left nextPSN
+			// behind, to be sent again below sndUna once they came.
+			covers = min(covers, sent)
+		}
 		for i := 1; i < covers; i++ { // stop at a response already here
 			if r.sb.arrived(psnAdd(psn, i)) {
 				covers = i

@@ -84,7 +84,7 @@ func newRequesterBench(t *testing.T) *requesterBench {
 		{QPAttr{State: QPSInit, AccessFlags: accessAll}, QPAttrState | QPAttrAccessFlags},
 		{QPAttr{State: QPSRTR, Dest: netip.MustParseAddrPort("127.0.0.2:4791"), PathMTU: MTU1024, DestQPN: 0x42, RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true},
 			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrSelectiveRepeat},
-		{QPAttr{State: QPSRTS, SQPSN: benchSQPSN, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+		{QPAttr{State: QPSRTS, SQPSN: benchSQPSN, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic},
 	} {
 		require.NoError(t, qp.Modify(&s.a, s.m))
@@ -248,4 +248,48 @@ func TestSendDefersUntilABurstFits(t *testing.T) {
 	small := newDeferState(3, 2)
 	small.r.cc.cwnd = 4 // a burst would be a whole window
 	assert.False(t, small.defersSend(mtu), "a tiny window sends packet by packet")
+}
+
+// A resent READ request asks again only for responses of PSNs already
+// requested. Sized by the window as it is now, a probe's resend of the
+// first PSN of a READ sent under a window of 4, after the window grew to
+// 100, asked for 64 responses: PSNs never requested were taken for
+// resends, the sender's next PSN fell behind, and once the responses
+// came the requester sent below sndUna (an index out of range on its
+// emptied scoreboard, seen twice in the race suite).
+func TestReadResendAsksOnlyForWhatWasRequested(t *testing.T) {
+	rb := newRequesterBench(t)
+	qp := rb.qp
+	qp.mu.Lock()
+	qp.req.cc.cwnd = 4
+	wr := SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{rb.mr.SGE(0, 128<<10)}, RemoteAddr: 0x1000, RKey: 7}
+	require.NoError(t, qp.postOne(&wr))
+	qp.kickAt(t0)
+	qp.req.cc.cwnd = 100 // grown since, by other traffic's ACKs
+	qp.mu.Unlock()
+
+	type request struct {
+		psn     uint32
+		packets uint32
+	}
+	requests := func() []request {
+		var out []request
+		for _, p := range rb.sink.take() {
+			require.Equal(t, wire.RCReadRequest, p.BTH.Opcode)
+			out = append(out, request{p.BTH.PSN, p.RETH.DMALen / 1024})
+		}
+		return out
+	}
+	assert.Equal(t, []request{{benchSQPSN, 4}}, requests(), "a window of 4")
+
+	rb.timer(t0 + quietProbeFloor) // the probe resends the oldest, then the window opens
+	assert.Equal(t, []request{
+		{benchSQPSN, 4},              // the probe: the four requested
+		{psnAdd(benchSQPSN, 4), 60},  // new: the rest of the first chunk
+		{psnAdd(benchSQPSN, 64), 36}, // and of the window
+	}, requests())
+	r := &qp.req
+	assert.Equal(t, psnAdd(benchSQPSN, 100), r.sb.sndMax)
+	assert.Equal(t, psnAdd(benchSQPSN, 100), r.nextPSN)
+	assert.Equal(t, uint64(1), qp.Stats().Retransmits)
 }
