@@ -136,12 +136,12 @@ func (b *peerBudget) admit(qp *QP, cost, limit int64) bool {
 	return false
 }
 
-// qpScheduler has the timer goroutine look at a QP; *Device is one.
-type qpScheduler interface{ schedule(qp *QP, at int64) }
+// qpWaker has the timer goroutine pump a QP; *Device is one.
+type qpWaker interface{ wake(qp *QP, now int64) }
 
 // charge adds delta to what is in flight. A negative delta gives budget
 // back and wakes queued QPs for the room there is.
-func (b *peerBudget) charge(delta int64, d qpScheduler, now int64) {
+func (b *peerBudget) charge(delta int64, d qpWaker, now int64) {
 	b.charged.Add(delta)
 	if delta >= 0 || b.queued.Load() == 0 {
 		return
@@ -160,7 +160,7 @@ func (b *peerBudget) charge(delta int64, d qpScheduler, now int64) {
 		}
 		promised += w.cost
 		if w.qp.req.peerTicket.CompareAndSwap(w.ticket, 0) {
-			d.schedule(w.qp, now)
+			d.wake(w.qp, now)
 		}
 		b.waiting.Pop()
 	}

@@ -8,7 +8,7 @@ import (
 // wakes records what a budget schedules.
 type wakes []*QP
 
-func (w *wakes) schedule(qp *QP, _ int64) { *w = append(*w, qp) }
+func (w *wakes) wake(qp *QP, _ int64) { *w = append(*w, qp) }
 
 func TestPeerBudgetQueuesAndWakesForTheRoomGivenBack(t *testing.T) {
 	const cost, limit = 10, 30

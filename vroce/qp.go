@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"vroce.dev/internal/secrand"
@@ -102,7 +103,12 @@ type QP struct {
 	resp           responder
 	stats          QPStats
 
-	timerAt int64 // owned by the device's timer queue
+	// timerAt is the deadline of the QP's entry in the device's timer
+	// queue (0: none); written under the queue's lock, read without it
+	// by unschedule's first look. wakeOwed: another goroutine woke the QP
+	// (Device.wake), and its entry must stand until the timer runs it.
+	timerAt  atomic.Int64
+	wakeOwed atomic.Bool
 }
 
 // CreateQP creates a queue pair in the RESET state.
@@ -444,6 +450,7 @@ func (qp *QP) onTimer() {
 	if qp.typ != RC || qp.state == QPSReset || qp.state == QPSErr {
 		return
 	}
+	qp.wakeOwed.Store(false) // the pump below is what it asked for
 	b := qp.dev.getBatch()
 	qp.req.onTimer(qp, qp.dev.now(), b)
 	qp.dev.transmit(b)

@@ -267,7 +267,8 @@ func (r *requester) armTimers(qp *QP, now int64) {
 	r.schedule(qp)
 }
 
-// schedule asks the device timer for the earliest deadline.
+// schedule asks the device timer for the earliest deadline; with none
+// left, the QP's pending one is dropped (unschedule).
 func (r *requester) schedule(qp *QP) {
 	next := int64(0)
 	for _, at := range [...]int64{r.rec.lossDetectionTimeout(), r.rnrAt, r.paceAt, r.failAt(qp)} {
@@ -277,6 +278,8 @@ func (r *requester) schedule(qp *QP) {
 	}
 	if next != 0 {
 		qp.dev.schedule(qp, next)
+	} else {
+		qp.dev.unschedule(qp)
 	}
 }
 
