@@ -11,7 +11,6 @@ import (
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"vroce.dev/internal/clock"
 	"vroce.dev/internal/minheap"
@@ -45,7 +44,7 @@ type Device struct {
 	prov  Provider
 	attr  DeviceAttr
 	local netip.AddrPort
-	epoch time.Time
+	epoch clock.Epoch
 
 	mu     sync.Mutex // guards closed and the resource counts
 	closed bool
@@ -111,13 +110,13 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 		prov:     p,
 		attr:     deviceAttr(maxQP, mtu),
 		local:    p.LocalAddr(),
-		epoch:    time.Now(),
+		epoch:    clock.NewEpoch(),
 		qpTable:  newTable(func(qp *QP) uint32 { return qp.qpn }),
 		mrByLKey: newTable(func(mr *MR) uint32 { return mr.lkey }),
 		mrByRKey: newTable(func(mr *MR) uint32 { return mr.rkey }),
 		done:     make(chan struct{}),
 	}
-	clk, err := clock.New(d.epoch)
+	clk, err := clock.New(d.epoch.Time())
 	if err != nil {
 		return nil, fmt.Errorf("vroce: open: timer: %w", err)
 	}
@@ -184,7 +183,7 @@ func (d *Device) isClosed() bool {
 }
 
 // now is the device clock: monotonic nanoseconds since Open.
-func (d *Device) now() int64 { return int64(time.Since(d.epoch)) }
+func (d *Device) now() int64 { return d.epoch.Now() }
 
 // reserve counts one more object against a limit, or fails with a
 // *LimitError naming it.

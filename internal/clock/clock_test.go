@@ -85,3 +85,20 @@ func TestADeadlinePassedBeforeWaitIsNotLost(t *testing.T) {
 		mustWake(t, waitAside(c), "a deadline passed before Wait")
 	}
 }
+
+// An epoch's time starts near zero and moves with the monotonic clock.
+func TestEpochCountsFromItsStart(t *testing.T) {
+	before := time.Now()
+	e := clock.NewEpoch()
+	first := e.Now()
+	if first < 0 || first > int64(time.Second) {
+		t.Fatalf("an epoch just begun reads %d ns", first)
+	}
+	time.Sleep(2 * time.Millisecond) // the time under test, not a synchronisation
+	if d := e.Now() - first; d < int64(2*time.Millisecond) {
+		t.Fatalf("2 ms later the epoch moved %d ns", d)
+	}
+	if e.Time().Before(before) {
+		t.Fatalf("the epoch began at %v, before NewEpoch was called (%v)", e.Time(), before)
+	}
+}

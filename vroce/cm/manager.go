@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"vroce.dev/internal/clock"
 	"vroce.dev/internal/minheap"
 	"vroce.dev/internal/rtt"
 	"vroce.dev/internal/secrand"
@@ -116,7 +117,7 @@ type Manager struct {
 	gsiSet   chan struct{}
 	cfg      Config
 	guid     uint64
-	epoch    time.Time
+	epoch    clock.Epoch
 	wake     chan struct{}
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -180,7 +181,7 @@ func New(dev *vroce.Device, cfg Config) (*Manager, error) {
 		cfg.MaxRetries = 15
 	}
 	m := &Manager{
-		dev: dev, cfg: cfg, guid: secrand.Uint64(), epoch: time.Now(),
+		dev: dev, cfg: cfg, guid: secrand.Uint64(), epoch: clock.NewEpoch(),
 		wake: make(chan struct{}, 1), done: make(chan struct{}), timers: timerOrder(),
 		ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{}, listeners: map[uint64]*Listener{},
 		timeWait: map[remoteKey]int64{}, probes: map[uint32]chan ProbeResult{}, probers: map[netip.Addr]int64{},
@@ -253,7 +254,7 @@ func (m *Manager) Close() error {
 	return m.gsi.Close()
 }
 
-func (m *Manager) now() int64 { return int64(time.Since(m.epoch)) }
+func (m *Manager) now() int64 { return m.epoch.Now() }
 
 // newCommID returns an unused random communication ID: unguessable, so a
 // stranger cannot aim messages at a connection.
