@@ -3,8 +3,13 @@
 // net.Listen for rsock.Listen, and a program's bytes move over vRoCE with
 // TCP's semantics (ordering, half-close, deadlines, errors).
 //
+//	import _ "vroce.dev/providers/udp"     // the provider the program links
+//
 //	ln, _ := rsock.Listen("tcp", ":9000")   // http.Serve(ln, handler) works
 //	c, _ := rsock.Dial("tcp", "host:9000") // c.(interface{ Transport() string })
+//
+// rsock imports no provider: nothing above vroce's provider seam knows
+// which one runs. A program without one gets an error naming the import.
 //
 // A stream is one RC QP. Its receive buffers come from an SRQ that every
 // stream of the device shares; a stream may fill only as many of them as

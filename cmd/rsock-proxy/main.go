@@ -27,6 +27,7 @@ import (
 	"time"
 
 	_ "vroce.dev/providers/afxdp" // VROCE_PROVIDER=afxdp VROCE_IFACE=NAME
+	_ "vroce.dev/providers/udp"   // the default
 	"vroce.dev/rsock"
 )
 

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	_ "vroce.dev/providers/udp" // the packet provider this program links
 	"vroce.dev/rsock"
 )
 

@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	_ "vroce.dev/providers/udp" // the packet provider this program links
 	"vroce.dev/rsock"
 )
 
