@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"syscall"
 	"time"
 
 	"vroce.dev/internal/secrand"
 	"vroce.dev/vroce"
-	"vroce.dev/vroce/wire"
 )
 
 // vroceMark opens the private data of a vRoCE SIDR_REP: a SIDR answer
@@ -55,8 +52,8 @@ const (
 
 // Probe asks the device at to whether a vRoCE service listens on the
 // service port (0: to's port), with an IB CM service ID resolution request
-// (SIDR_REQ) on QP1. It sends from a UDP socket of its own, connected to
-// to, so that a host with nothing on the port answers at once (ICMP port
+// (SIDR_REQ) on QP1, sent from a UDP socket of its own (vroce.ProbeGSI),
+// so that a host with nothing on the port answers at once (ICMP port
 // unreachable) and the probe needs no device. ctx bounds the wait; a
 // probe that hears nothing returns ProbeSilent when ctx ends. Any answer
 // comes before a single byte goes to the TCP service on the same port,
@@ -65,79 +62,37 @@ func Probe(ctx context.Context, to netip.AddrPort, service uint16) (ProbeResult,
 	if !to.IsValid() || to.Port() == 0 {
 		return 0, fmt.Errorf("cm: probe: %v is not an address with a port", to)
 	}
-	to = netip.AddrPortFrom(to.Addr().Unmap(), to.Port())
 	if service == 0 {
 		service = to.Port()
 	}
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(to))
-	if err != nil {
-		return 0, fmt.Errorf("cm: probe %v: %w", to, err)
-	}
-	defer c.Close()
-	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
-	flow := wire.Flow{Src: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), Dst: to}
 	reqID := uint32(secrand.Uint64())
-	var mb [vroce.MADSize]byte
-	(&mad{attr: attrSIDRReq, tid: secrand.Uint64(), localID: reqID, serviceID: serviceID(service)}).marshal(&mb)
-	p := wire.Packet{
-		BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: vroce.GSIQPN},
-		DETH: wire.DETH{QKey: vroce.GSIQKey, SrcQP: vroce.GSIQPN},
+	var req [vroce.MADSize]byte
+	(&mad{attr: attrSIDRReq, tid: secrand.Uint64(), localID: reqID, serviceID: serviceID(service)}).marshal(&req)
+	var result ProbeResult
+	interval := probeInterval / 2
+	answer, err := vroce.ProbeGSI(ctx, to, req[:], func(b []byte) bool {
+		var ok bool
+		result, ok = probeAnswer(b, reqID)
+		return ok
+	}, func() time.Duration {
+		interval = min(2*interval, maxProbeInterval)
+		return interval
+	})
+	switch {
+	case errors.Is(err, vroce.ErrNoDevice):
+		return ProbeNoDevice, nil
+	case err != nil:
+		return 0, fmt.Errorf("cm: probe %v: %w", to, err)
+	case answer == nil:
+		return ProbeSilent, nil
 	}
-	const madPacket = vroce.MADSize + 128 // headers, ICRC and room to spare
-	out := make([]byte, madPacket)
-	hl, err := p.EncodeHeaders(out, vroce.MADSize)
-	if err != nil {
-		return 0, err
-	}
-	copy(out[hl:], mb[:])
-	out = out[:wire.Finish(out, hl+vroce.MADSize)]
-	flow.Seal(out)
-
-	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
-	in := make([]byte, madPacket)
-	interval := probeInterval
-	for {
-		if _, err := c.Write(out); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
-			return 0, fmt.Errorf("cm: probe %v: %w", to, err)
-		}
-		if ctx.Err() == nil {
-			c.SetReadDeadline(time.Now().Add(interval))
-			interval = min(2*interval, maxProbeInterval)
-		}
-		for {
-			n, err := c.Read(in)
-			switch {
-			case errors.Is(err, syscall.ECONNREFUSED):
-				return ProbeNoDevice, nil
-			case ctx.Err() != nil:
-				return ProbeSilent, nil
-			case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
-			case err != nil:
-				return 0, fmt.Errorf("cm: probe %v: %w", to, err)
-			default:
-				if r, ok := probeAnswer(in[:n], flow, reqID); ok {
-					return r, nil
-				}
-				continue // not our answer: keep reading
-			}
-			break // ask again
-		}
-	}
+	return result, nil
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// probeAnswer reads a SIDR_REP to request reqID from b.
-func probeAnswer(b []byte, flow wire.Flow, reqID uint32) (ProbeResult, bool) {
-	var p wire.Packet
+// probeAnswer reads a SIDR_REP to request reqID from a MAD.
+func probeAnswer(b []byte, reqID uint32) (ProbeResult, bool) {
 	var m mad
-	back := wire.Flow{Src: flow.Dst, Dst: flow.Src}
-	if wire.Parse(&p, b) != nil || !back.Check(b) || p.BTH.DestQP != vroce.GSIQPN ||
-		parseMAD(p.Payload, &m) != nil || m.attr != attrSIDRRep || m.localID != reqID {
+	if parseMAD(b, &m) != nil || m.attr != attrSIDRRep || m.localID != reqID {
 		return 0, false
 	}
 	if m.status != sidrValid || len(m.priv) < 2 || m.priv[0] != vMagic0 || m.priv[1] != vMagic1 {
