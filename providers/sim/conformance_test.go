@@ -21,5 +21,5 @@ func TestProviderConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		return a, b
-	})
+	}, func(_ *testing.T, p vroce.Provider) { p.(*Endpoint).Break() })
 }

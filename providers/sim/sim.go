@@ -361,6 +361,7 @@ type Endpoint struct {
 	ready   chan struct{}
 	done    chan struct{}
 	closed  atomic.Bool
+	broken  atomic.Bool // Break: Recv fails for good
 	dropped atomic.Uint64
 	// interrupted: InterruptRecv asked the receive in progress, or the
 	// next that finds nothing queued, to return empty.
@@ -447,6 +448,9 @@ func (ep *Endpoint) Recv(pkts []vroce.Packet) (int, error) {
 		if ep.closed.Load() {
 			return 0, net.ErrClosed
 		}
+		if ep.broken.Load() {
+			return 0, fmt.Errorf("sim: endpoint %v: %w", ep.addr, vroce.ErrProviderFailed)
+		}
 		if ep.interrupted.Swap(false) {
 			return 0, nil
 		}
@@ -454,6 +458,18 @@ func (ep *Endpoint) Recv(pkts []vroce.Packet) (int, error) {
 		case <-ep.ready:
 		case <-ep.done:
 		}
+	}
+}
+
+// Break fails the endpoint for good, as a NIC that died would: what is
+// queued is still received, then Recv returns an error wrapping
+// vroce.ErrProviderFailed (a blocked one wakes for it). For tests of how
+// the layers above take a provider's failure.
+func (ep *Endpoint) Break() {
+	ep.broken.Store(true)
+	select {
+	case ep.ready <- struct{}{}:
+	default:
 	}
 }
 

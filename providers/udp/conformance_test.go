@@ -2,7 +2,10 @@ package udp
 
 import (
 	"net/netip"
+	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"vroce.dev/internal/testkit/providertest"
 	"vroce.dev/vroce"
@@ -20,7 +23,27 @@ func TestProviderConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		return a, b
-	})
+	}, breakSocket)
+}
+
+// breakSocket puts /dev/null where the provider's socket was (dup3 over
+// its descriptor): a receive finds no socket there (ENOTSOCK), as after
+// any fault that leaves the descriptor useless, while the runtime's
+// poller still holds a valid descriptor.
+func breakSocket(t *testing.T, p vroce.Provider) {
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	rc, err := p.(*Provider).Conn().SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dupErr error
+	if err := rc.Control(func(fd uintptr) { dupErr = unix.Dup3(int(null.Fd()), int(fd), unix.O_CLOEXEC) }); err != nil || dupErr != nil {
+		t.Fatalf("dup3 over the socket: %v, %v", err, dupErr)
+	}
 }
 
 // A device for a peer opens on the address the route to it leaves from.

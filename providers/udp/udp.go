@@ -25,6 +25,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/ipv4"
@@ -392,9 +393,18 @@ func (p *Provider) takeInterrupt() bool {
 }
 
 // interruptOr turns the deadline error an interrupt causes into a plain
-// return, and passes every other error on.
+// return, and an error that says the socket can never receive again (its
+// descriptor is no longer a socket, or no longer open, and not through
+// our Close) into one wrapping vroce.ErrProviderFailed; it passes every
+// other error on (a transient one the device counts and retries).
 func (p *Provider) interruptOr(err error) error {
-	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, syscall.ENOTSOCK) || errors.Is(err, syscall.EBADF) {
+		return fmt.Errorf("udp: %v: %w: %w", p.local, vroce.ErrProviderFailed, err)
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		return err
 	}
 	p.interrupted.Store(false)

@@ -17,11 +17,22 @@ import (
 // them (closing twice must be harmless).
 type Opener func(t *testing.T) (a, b vroce.Provider)
 
+// Breaker makes p unable ever to receive again, as a fault would (its
+// socket gone, its interface deleted), not through Close.
+type Breaker func(t *testing.T, p vroce.Provider)
+
+// NoBreaker is passed, with the reason, by a provider whose failure the
+// suite cannot yet check: the check is reported skipped with it.
+func NoBreaker(reason string) Breaker {
+	return func(t *testing.T, _ vroce.Provider) { t.Skip("no failure check: " + reason) }
+}
+
 // Run checks that a provider keeps vroce.Provider's contract, as
 // nettest.TestConn does for net.Conn: every provider runs it. Each
 // subtest opens a fresh pair. Optional interfaces (BatchReceiver,
-// RecvInterrupter) are checked where the provider implements them.
-func Run(t *testing.T, open Opener) {
+// RecvInterrupter) are checked where the provider implements them; brk
+// is the provider's way to fail for good.
+func Run(t *testing.T, open Opener, brk Breaker) {
 	for _, c := range []struct {
 		name string
 		test func(t *testing.T, a, b vroce.Provider)
@@ -37,6 +48,7 @@ func Run(t *testing.T, open Opener) {
 		{"RecvEachDeliversWhatRecvWould", recvEachDeliversWhatRecvWould},
 		{"RecvEachLeavesTheRestToTheNextRecv", recvEachLeavesTheRestToTheNextRecv},
 		{"InterruptEndsABlockedRecv", interruptEndsABlockedRecv},
+		{"AFailureIsErrProviderFailed", func(t *testing.T, a, b vroce.Provider) { aFailureIsErrProviderFailed(t, a, b, brk) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := open(t)
@@ -310,4 +322,33 @@ func buffers(n int) []vroce.Packet {
 		pkts[i].Data = make([]byte, vroce.MaxPacketSize)
 	}
 	return pkts
+}
+
+// aFailureIsErrProviderFailed: once a provider can never receive again,
+// Recv says so with an error wrapping vroce.ErrProviderFailed (the
+// device then fails its QPs and reports EventDeviceFatal), and does so
+// soon, rather than blocking or returning nothing for ever.
+func aFailureIsErrProviderFailed(t *testing.T, _, b vroce.Provider, brk Breaker) {
+	brk(t, b)
+	errc := make(chan error, 1)
+	go func() {
+		pkts := buffers(b.BatchSize())
+		for range 1000 { // a provider may first hand over what came before
+			if _, err := b.Recv(pkts); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- errors.New("1,000 receives after the failure, none of them an error")
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, vroce.ErrProviderFailed) {
+			t.Fatalf("Recv after a failure: %v, want an error wrapping vroce.ErrProviderFailed", err)
+		}
+	case <-time.After(10 * time.Second):
+		b.Close() // let the blocked Recv go
+		<-errc
+		t.Fatal("Recv after a failure blocked for 10 s")
+	}
 }
