@@ -173,11 +173,6 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 			if int(psnDiff(r.sndNxt, r.sb.sndUna)) >= r.window() {
 				break
 			}
-			if r.sb.sndUna == r.sndNxt {
-				// Idle until now: the retry_cnt clock starts here, not at
-				// the last ACK of long ago.
-				r.progressAt = now
-			}
 			w.assigned, w.psn, w.npsn = true, r.sndNxt, w.packets(mtu)
 			r.sndNxt = psnAdd(r.sndNxt, w.npsn)
 			r.nextPSN = w.psn
@@ -187,6 +182,13 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 		}
 		if int(psnDiff(r.nextPSN, r.sb.sndUna)) >= r.window() || r.rdLimited(qp, w) || !r.peerAdmits(qp, now) || !r.paced(now) {
 			break
+		}
+		if !r.sb.outstanding() {
+			// Idle until now: the retry_cnt clock starts as the packet
+			// leaves, not at the last ACK of long ago, nor when the work
+			// request got its PSNs (it may have waited for the peer
+			// budget since).
+			r.progressAt = now
 		}
 		r.nextPSN = r.emit(qp, w, r.nextPSN, b, now)
 		if psnDiff(r.nextPSN, psnAdd(w.psn, w.npsn)) >= 0 {

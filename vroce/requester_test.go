@@ -293,3 +293,33 @@ func TestReadResendAsksOnlyForWhatWasRequested(t *testing.T) {
 	assert.Equal(t, psnAdd(benchSQPSN, 100), r.nextPSN)
 	assert.Equal(t, uint64(1), qp.Stats().Retransmits)
 }
+
+// The retry_cnt clock starts when a packet leaves, not when its work
+// request is given PSNs: time spent waiting for the peer budget (or the
+// window, or the pacer) is not time without an answer. A QP that waited
+// longer than retry_cnt timeouts for its turn failed at once with
+// WCRetryExcErr once it sent (seen under load in
+// TestAQPJoiningBusyOnesGetsItsTurn).
+func TestRetryClockStartsWhenThePacketLeaves(t *testing.T) {
+	rb := newRequesterBench(t)
+	qp := rb.qp
+	r := &qp.req
+	qp.mu.Lock()
+	limit := peerLimit(qp.mtu)
+	r.peer.charged.Store(limit) // another QP holds the whole budget
+	qp.mu.Unlock()
+	rb.write(t, 4096, t0)
+	require.Empty(t, rb.sink.take(), "the budget is spent: nothing leaves")
+
+	const waited = 100e9 // far longer than retry_cnt + 1 timeouts
+	qp.mu.Lock()
+	r.peer.charged.Store(0)
+	r.peerTicket.Store(0)
+	qp.kickAt(t0 + waited)
+	failAt := r.failAt(qp)
+	qp.mu.Unlock()
+	require.Len(t, rb.sink.take(), 4, "the budget given back: the WRITE leaves")
+	assert.Equal(t, t0+waited+qp.ackTimeout()*8, failAt, "retry_cnt 7: eight timeouts from the send")
+	rb.timer(t0 + waited + 1)
+	assert.Equal(t, QPSRTS, qp.State(), "no timeout has passed since the send")
+}
