@@ -48,7 +48,7 @@ type requester struct {
 
 	rnrAt      int64 // end of an RNR wait
 	paceAt     int64 // when the pacer lets the next packet go
-	progressAt int64 // last time anything was acknowledged (retry_cnt's clock)
+	progressAt int64 // retry_cnt's clock: the last ACK, or the first send after idle
 	rnrLeft    int
 	rnrWait    bool
 

@@ -13,12 +13,13 @@ import (
 // entry and re-arms when the stale entry fires. So the per-packet cost of
 // the retransmission timer is one store, not a heap operation.
 //
-// A QP that goes idle keeps its stale entry too, so it wakes the timer
-// goroutine once per probe timeout for nothing. On a clean path that
-// timeout is at least 1 ms (quietProbeFloor), so a ping-pong pays one
-// wakeup per millisecond, not one every other message. Dropping the entry
-// and moving the clock on instead (tried) costs a timerfd_settime per
-// ACK.
+// A QP that goes idle drops its entry (unschedule), which then stays in
+// the heap and is skipped when it comes up: the timer goroutine still
+// wakes for it, once per probe timeout, but no longer looks at the QP. On
+// a clean path that timeout is at least 1 ms (quietProbeFloor), so a
+// ping-pong pays one wakeup per millisecond, not one every other message.
+// Removing the entry and moving the clock on instead (tried) costs a
+// timerfd_settime per ACK.
 type timerQueue struct {
 	mu    sync.Mutex
 	h     minheap.Heap[timerEntry] // by at
