@@ -270,19 +270,67 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 		return nil, err
 	}
 	defer st.unref(false) // the stream takes its own reference
-	pctx, stopProbe := context.WithCancel(ctx)
-	probed := make(chan cm.ProbeResult, 1)
-	go func() { probed <- probe(pctx, st, vroce.ProviderName(d.Provider), raddr) }()
-	result := func() cm.ProbeResult { stopProbe(); return <-probed }
-
+	p := d.startProbe(ctx, st, raddr)
 	start := time.Now()
 	nd := net.Dialer{KeepAlive: d.KeepAlive}
 	c, err := nd.DialContext(ctx, network, raddr.String())
 	if err != nil {
-		result()
+		p.result()
 		return nil, err
 	}
-	tc := c.(*net.TCPConn)
+	return d.overTCP(ctx, network, st, p, c.(*net.TCPConn), time.Since(start))
+}
+
+// DialOver makes a stream of tc, a TCP connection already established to
+// a service (one a program connected, handed over: vroce-run's daemon
+// does this): a vRoCE service gets the QP exchange on it, and it closes;
+// any other keeps tc as the connection (Transport "tcp"), untouched,
+// unless fallback is off (ErrNotVRoCE, and tc is closed). The dialer's
+// Mode must be socket. The stream owns tc from here on.
+func (d *Dialer) DialOver(ctx context.Context, tc *net.TCPConn) (net.Conn, error) {
+	raddr := tc.RemoteAddr().(*net.TCPAddr).AddrPort()
+	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
+	opErr := func(err error) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Source: tc.LocalAddr(), Addr: tc.RemoteAddr(), Err: err}
+	}
+	if mode, err := modeOf(d.Mode); err != nil || mode != ModeSocket {
+		tc.Close()
+		return nil, opErr(fmt.Errorf("rsock: a stream over a TCP connection is made in socket mode, not %q", d.Mode))
+	}
+	st, err := d.clientStack(raddr)
+	if err != nil {
+		tc.Close()
+		return nil, opErr(err)
+	}
+	defer st.unref(false)
+	c, err := d.overTCP(ctx, "tcp", st, d.startProbe(ctx, st, raddr), tc, 0)
+	if err != nil {
+		return nil, opErr(err)
+	}
+	return c, nil
+}
+
+// pendingProbe is a service probe running beside a dial.
+type pendingProbe struct {
+	done   chan cm.ProbeResult
+	cancel context.CancelFunc
+}
+
+// startProbe probes the service at raddr in the background.
+func (d *Dialer) startProbe(ctx context.Context, st *stack, raddr netip.AddrPort) pendingProbe {
+	pctx, cancel := context.WithCancel(ctx)
+	p := pendingProbe{done: make(chan cm.ProbeResult, 1), cancel: cancel}
+	go func() { p.done <- probe(pctx, st, vroce.ProviderName(d.Provider), raddr) }()
+	return p
+}
+
+// result ends the probe and returns what it found.
+func (p pendingProbe) result() cm.ProbeResult { p.cancel(); return <-p.done }
+
+// overTCP finishes a SOCKET dial on tc, connected in took: the QP
+// exchange on tc if the probe says a vRoCE service listens, else tc
+// itself (or ErrNotVRoCE without fallback).
+func (d *Dialer) overTCP(ctx context.Context, network string, st *stack, p pendingProbe, tc *net.TCPConn, took time.Duration) (net.Conn, error) {
 	// The probe went out with the SYN; a host with nothing on the UDP
 	// port has answered by now (ICMP), a vRoCE service soon will. Give a
 	// silent one a few more round trips than the connect took, and a busy
@@ -290,7 +338,7 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 	// (it serves the stream over TCP) but slow.
 	// A dial that may not fall back gains little by giving up early (a
 	// server swamped by dials answers late): it waits longer.
-	patience := max(4*time.Since(start), probeWait)
+	patience := max(4*took, probeWait)
 	if !d.fallback() {
 		patience = max(patience, strictProbeWait)
 	}
@@ -298,12 +346,12 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 	defer wait.Stop()
 	var r cm.ProbeResult
 	select {
-	case r = <-probed:
-		stopProbe()
+	case r = <-p.done:
+		p.cancel()
 	case <-wait.C:
-		r = result()
+		r = p.result()
 	case <-ctx.Done():
-		r = result()
+		r = p.result()
 	}
 	if r != cm.ProbeListening {
 		if !d.fallback() {

@@ -28,6 +28,12 @@
 // in-band connection manager alone. A listener's device receives on the
 // UDP port equal to its TCP port; a dialer's on an ephemeral port.
 //
+// A program's own sockets can be handed in: ListenConfig.Serve serves an
+// open *net.TCPListener as Listen serves its own port, and Dialer.DialOver
+// makes a stream of an established *net.TCPConn (or keeps it as the
+// connection, for a peer that does not speak vRoCE); vroce-run's daemon is
+// meant to use both.
+//
 // Close never blocks: what was written is sent, then a FIN, in the
 // background, for at most ten seconds; SetLinger(0) resets instead, as
 // does closing with data unread. Drain waits for background closes, for a

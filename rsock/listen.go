@@ -64,6 +64,7 @@ type Listener struct {
 	addr      *net.TCPAddr
 	tcp       *net.TCPListener // nil in ModeCM
 	cml       *cm.Listener
+	backlog   int // the connection manager's max_backlog
 	keepAlive time.Duration
 	queue     chan net.Conn
 	done      chan struct{}
@@ -95,32 +96,75 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	if err != nil {
 		return nil, opErr(err)
 	}
-	backlog := lc.Backlog
-	if backlog <= 0 {
-		backlog = cm.DefaultMaxBacklog
-	}
 	host, portStr, err := net.SplitHostPort(address)
 	if err != nil {
 		return nil, opErr(err)
 	}
-	l := &Listener{network: network, keepAlive: (&Dialer{KeepAlive: lc.KeepAlive}).keepAlive(),
-		queue: make(chan net.Conn, min(backlog, 4096)), done: make(chan struct{}), halfOpen: make(chan struct{}, maxHalfOpen)}
+	l := lc.newListener(network)
 	if mode == ModeCM {
-		l.st, err = openStack(lc.stackConfig(host, portStr, backlog))
+		l.st, err = openStack(lc.stackConfig(host, portStr, l.backlog))
 		if err != nil {
 			return nil, opErr(err)
 		}
 		l.addr = tcpAddr(l.st.dev.LocalAddr())
-	} else if err := l.listenTCP(ctx, lc, host, portStr, backlog); err != nil {
+	} else if err := l.listenTCP(ctx, lc, host, portStr); err != nil {
 		return nil, opErr(err)
 	}
+	if err := l.start(); err != nil {
+		return nil, opErr(err)
+	}
+	return l, nil
+}
+
+// Serve serves vRoCE and plain TCP clients on ln, a TCP listener already
+// open (one a program bound and listened on, handed over: vroce-run's
+// daemon does this), as Listen in socket mode does on a port of its own:
+// the device receives on the UDP port equal to ln's. The listener owns ln
+// from here on: closing it closes ln.
+func (lc *ListenConfig) Serve(ln *net.TCPListener) (net.Listener, error) {
+	addr := ln.Addr().(*net.TCPAddr)
+	opErr := func(err error) error { return &net.OpError{Op: "listen", Net: "tcp", Addr: addr, Err: err} }
+	if mode, err := modeOf(lc.Mode); err != nil || mode != ModeSocket {
+		return nil, opErr(fmt.Errorf("rsock: a TCP listener is served in socket mode, not %q", lc.Mode))
+	}
+	l := lc.newListener("tcp")
+	l.tcp, l.addr = ln, addr
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "" // every address, as Listen's ":port"
+	}
+	st, err := openStack(lc.stackConfig(host, portString(uint16(addr.Port)), l.backlog))
+	if err != nil {
+		return nil, opErr(fmt.Errorf("rsock: the device for TCP port %d: %w", addr.Port, err))
+	}
+	l.st = st
+	if err := l.start(); err != nil {
+		return nil, opErr(err)
+	}
+	return l, nil
+}
+
+// newListener is a listener not yet serving.
+func (lc *ListenConfig) newListener(network string) *Listener {
+	backlog := lc.Backlog
+	if backlog <= 0 {
+		backlog = cm.DefaultMaxBacklog
+	}
+	return &Listener{network: network, keepAlive: (&Dialer{KeepAlive: lc.KeepAlive}).keepAlive(), backlog: backlog,
+		queue: make(chan net.Conn, min(backlog, 4096)), done: make(chan struct{}), halfOpen: make(chan struct{}, maxHalfOpen)}
+}
+
+// start listens on the stack's connection manager and starts accepting;
+// on failure it releases the stack and the TCP listener.
+func (l *Listener) start() error {
+	var err error
 	l.st.refs = 1
-	if l.cml, err = l.st.cm.Listen(uint16(l.addr.Port), backlog); err != nil {
+	if l.cml, err = l.st.cm.Listen(uint16(l.addr.Port), l.backlog); err != nil {
 		l.st.unref(false)
 		if l.tcp != nil {
 			l.tcp.Close()
 		}
-		return nil, opErr(err)
+		return err
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
@@ -129,7 +173,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 		l.wg.Add(1)
 		go l.acceptTCP()
 	}
-	return l, nil
+	return nil
 }
 
 func (lc *ListenConfig) stackConfig(host, port string, backlog int) stackConfig {
@@ -146,7 +190,7 @@ func (lc *ListenConfig) stackConfig(host, port string, backlog int) stackConfig 
 // listenTCP opens the TCP port and the device on the same UDP port. When
 // the port was left to the system and its UDP twin is taken, it tries
 // another.
-func (l *Listener) listenTCP(ctx context.Context, lc *ListenConfig, host, portStr string, backlog int) error {
+func (l *Listener) listenTCP(ctx context.Context, lc *ListenConfig, host, portStr string) error {
 	nlc := net.ListenConfig{KeepAlive: lc.KeepAlive}
 	for try := 0; ; try++ {
 		ln, err := nlc.Listen(ctx, l.network, net.JoinHostPort(host, portStr))
@@ -155,7 +199,7 @@ func (l *Listener) listenTCP(ctx context.Context, lc *ListenConfig, host, portSt
 		}
 		l.tcp = ln.(*net.TCPListener)
 		l.addr = l.tcp.Addr().(*net.TCPAddr)
-		l.st, err = openStack(lc.stackConfig(host, portString(uint16(l.addr.Port)), backlog))
+		l.st, err = openStack(lc.stackConfig(host, portString(uint16(l.addr.Port)), l.backlog))
 		if err == nil {
 			return nil
 		}

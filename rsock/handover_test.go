@@ -1,0 +1,102 @@
+package rsock
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A TCP listener a program opened is served as Listen serves its own
+// port: vRoCE clients get streams, plain TCP clients the TCP connection;
+// closing the rsock listener closes it.
+func TestServeAnExistingTCPListener(t *testing.T) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	l, err := (&ListenConfig{}).Serve(ln)
+	require.NoError(t, err)
+	assert.Equal(t, ln.Addr().String(), l.Addr().String())
+	served := echoServer(l)
+
+	c, err := Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	assert.Equal(t, "vroce", transport(c))
+	require.NoError(t, roundTrip(c, payload(1, 200<<10)))
+	c.Close()
+
+	plain, err := net.Dial("tcp", l.Addr().String())
+	require.NoError(t, err)
+	require.NoError(t, roundTrip(plain, payload(2, 10<<10)), "a plain TCP client on the same listener")
+	plain.Close()
+
+	require.NoError(t, l.Close())
+	served.Wait()
+	_, err = ln.Accept()
+	assert.ErrorIs(t, err, net.ErrClosed, "the rsock listener owned ln")
+	_, err = (&ListenConfig{Mode: ModeCM}).Serve(ln)
+	assert.Error(t, err, "a TCP listener is served in socket mode only")
+	settle(t)
+}
+
+// A TCP connection a program established becomes a stream when the
+// service speaks vRoCE, and stays the TCP connection, untouched, when it
+// does not (or fails, without fallback).
+func TestDialOverAnEstablishedTCPConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
+	served := echoServer(l)
+	tc, err := net.DialTCP("tcp", nil, l.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	c, err := (&Dialer{}).DialOver(ctx, tc)
+	require.NoError(t, err)
+	assert.Equal(t, "vroce", transport(c))
+	assert.Equal(t, tc.RemoteAddr().String(), c.RemoteAddr().String())
+	require.NoError(t, roundTrip(c, payload(3, 200<<10)))
+	c.Close()
+
+	plainLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer plainLn.Close()
+	got := make(chan []byte, 2)
+	go func() {
+		for {
+			s, err := plainLn.Accept()
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(s)
+			got <- b
+			s.Close()
+		}
+	}()
+	tc, err = net.DialTCP("tcp", nil, plainLn.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	c, err = (&Dialer{}).DialOver(ctx, tc)
+	require.NoError(t, err)
+	assert.Equal(t, "tcp", transport(c))
+	_, err = c.Write([]byte("plain"))
+	require.NoError(t, err)
+	c.(interface{ CloseWrite() error }).CloseWrite()
+	assert.Equal(t, []byte("plain"), <-got, "the plain server got the bytes over the connection handed in")
+	c.Close()
+
+	tc, err = net.DialTCP("tcp", nil, plainLn.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	_, err = (&Dialer{NoFallback: true}).DialOver(ctx, tc)
+	assert.True(t, errors.Is(err, ErrNotVRoCE), "%v", err)
+	assert.Empty(t, <-got, "without fallback the plain server gets nothing")
+
+	tc, err = net.DialTCP("tcp", nil, l.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	_, err = (&Dialer{Mode: ModeCM}).DialOver(ctx, tc)
+	assert.Error(t, err, "a stream over a TCP connection is made in socket mode only")
+	l.Close()
+	served.Wait()
+	settle(t)
+}
