@@ -177,9 +177,18 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 func (p *Provider) rxReadyCheck(uintptr) bool {
 	p.rxGot = p.receive(p.rxPkts)
 	p.rxLooks++
-	if p.rxGot == 0 && p.rxLooks > 1 {
+	switch {
+	case p.rxGot > 0:
+	case p.rxLooks > 1:
 		// Woken with nothing to read: the interface may be gone.
 		p.rxErr = p.failure()
+	case p.watch.deleted(p.ifindex):
+		// The first look, before any wait: a deletion announced while no
+		// Recv waited would never wake this one, since Go's poller forgets
+		// readiness when a read begins (prepareRead) and this check reads
+		// only the rings. One non-blocking read of the watch per Recv that
+		// starts idle finds it.
+		p.rxErr = fmt.Errorf("afxdp: %s: %w: %w", p.iface, vroce.ErrProviderFailed, unix.ENODEV)
 	}
 	return p.rxGot > 0 || p.rxErr != nil || p.closed.Load()
 }

@@ -21,12 +21,6 @@ type Opener func(t *testing.T) (a, b vroce.Provider)
 // socket gone, its interface deleted), not through Close.
 type Breaker func(t *testing.T, p vroce.Provider)
 
-// NoBreaker is passed, with the reason, by a provider whose failure the
-// suite cannot yet check: the check is reported skipped with it.
-func NoBreaker(reason string) Breaker {
-	return func(t *testing.T, _ vroce.Provider) { t.Skip("no failure check: " + reason) }
-}
-
 // Run checks that a provider keeps vroce.Provider's contract, as
 // nettest.TestConn does for net.Conn: every provider runs it. Each
 // subtest opens a fresh pair. Optional interfaces (BatchReceiver,
