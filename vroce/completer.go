@@ -239,7 +239,7 @@ func (r *requester) retire(qp *QP) {
 		if !r.finished(w) {
 			break
 		}
-		if w.op == WRRDMARead || w.op.isAtomic() {
+		if w.op.awaitsResponse() {
 			r.rdInFlight--
 		}
 		if w.signaled {

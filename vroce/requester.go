@@ -166,7 +166,7 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 	for q.next < q.tail && r.paceAt == 0 {
 		w := q.slot(q.next)
 		if !w.assigned {
-			rd := w.op == WRRDMARead || w.op.isAtomic()
+			rd := w.op.awaitsResponse()
 			if qp.state != QPSRTS || (w.flags&SendFence != 0 && r.rdInFlight > 0) || (rd && r.rdInFlight >= maxRd) {
 				break
 			}
@@ -235,7 +235,7 @@ func (r *requester) defersSend(q *sendQueue, mtu int) bool {
 // rdLimited reports whether w's next packet is a READ or atomic request
 // that must wait: max_rd_atomic requests already await their responses.
 func (r *requester) rdLimited(qp *QP, w *sendWQE) bool {
-	return (w.op == WRRDMARead || w.op.isAtomic()) && r.sb.rdRequests >= max(qp.attr.MaxRdAtomic, 1)
+	return w.op.awaitsResponse() && r.sb.rdRequests >= max(qp.attr.MaxRdAtomic, 1)
 }
 
 // ackInterval is how many packets may go without asking for an ACK: at
@@ -384,7 +384,7 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 	} else {
 		r.sinceAckReq++
 	}
-	read := w.op == WRRDMARead || w.op.isAtomic()
+	read := w.op.awaitsResponse()
 	for i := range covers {
 		if r.sb.sent(psnAdd(psn, i), now, read) && i == 0 {
 			qp.stats.Retransmits++

@@ -187,7 +187,7 @@ func (qp *QP) postOne(wr *SendWR) error {
 	}
 	inline := wr.Flags&SendInline != 0
 	if inline {
-		if wr.Opcode == WRRDMARead || wr.Opcode.isAtomic() {
+		if wr.Opcode.awaitsResponse() {
 			return invalidf("%s: %v cannot be inline", op, wr.Opcode)
 		}
 		if err := checkLimit(op, "max_inline_data", len(wr.Inline), qp.cap.MaxInlineData); err != nil {
@@ -203,7 +203,7 @@ func (qp *QP) postOne(wr *SendWR) error {
 		w.length = len(wr.Inline)
 	} else {
 		need := Access(0)
-		if wr.Opcode == WRRDMARead || wr.Opcode.isAtomic() {
+		if wr.Opcode.awaitsResponse() {
 			need = AccessLocalWrite
 		}
 		for i, sge := range wr.SGL {

@@ -35,6 +35,10 @@ func (o WROpcode) isWrite() bool  { return o == WRRDMAWrite || o == WRRDMAWriteW
 func (o WROpcode) isSend() bool   { return o == WRSend || o == WRSendWithImm }
 func (o WROpcode) hasImm() bool   { return o == WRSendWithImm || o == WRRDMAWriteWithImm }
 
+// awaitsResponse: a READ or an atomic, whose data comes back in responses
+// (and which max_rd_atomic bounds).
+func (o WROpcode) awaitsResponse() bool { return o == WRRDMARead || o.isAtomic() }
+
 // SendFlags modify a send work request (ibv_send_flags).
 type SendFlags uint8
 
