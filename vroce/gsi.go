@@ -79,21 +79,37 @@ func (g *GSI) Send(to netip.AddrPort, mad []byte) error {
 	if err != nil {
 		return err
 	}
-	p := wire.Packet{
-		BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: GSIQPN, PSN: g.psn.Add(1) & psnMask},
-		DETH: wire.DETH{QKey: GSIQKey, SrcQP: GSIQPN},
-	}
 	b := d.getBatch()
 	defer d.putBatch(b)
 	buf := b.buf()
-	hl, err := p.EncodeHeaders(buf, MADSize)
+	n, err := encodeMAD(buf, g.psn.Add(1)&psnMask, mad)
 	if err != nil {
 		return err
 	}
-	copy(buf[hl:], mad)
-	b.add(flow, wire.Finish(buf, hl+MADSize))
+	b.add(flow, n)
 	d.transmit(b)
 	return nil
+}
+
+// encodeMAD lays mad out in buf as a GSI datagram (a UD SEND_ONLY from and
+// to QP1, with the GSI Q_Key) and returns its length; the ICRC is the
+// sender's to seal.
+func encodeMAD(buf []byte, psn uint32, mad []byte) (int, error) {
+	p := wire.Packet{
+		BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: GSIQPN, PSN: psn},
+		DETH: wire.DETH{QKey: GSIQKey, SrcQP: GSIQPN},
+	}
+	hl, err := p.EncodeHeaders(buf, MADSize)
+	if err != nil {
+		return 0, err
+	}
+	copy(buf[hl:], mad)
+	return wire.Finish(buf, hl+MADSize), nil
+}
+
+// isMAD reports whether p is a management datagram for QP1.
+func isMAD(p *wire.Packet) bool {
+	return p.BTH.DestQP == GSIQPN && p.BTH.Opcode == wire.UDSendOnly && p.DETH.QKey == GSIQKey && len(p.Payload) == MADSize
 }
 
 func (g *GSI) flowTo(to netip.AddrPort) (wire.Flow, error) {
@@ -119,7 +135,7 @@ func (g *GSI) flowTo(to netip.AddrPort) (wire.Flow, error) {
 // receiveGSI hands a datagram for QP1 to the GSI owner, if it is a MAD.
 func (d *Device) receiveGSI(p *wire.Packet, from netip.AddrPort) {
 	g := d.gsi.Load()
-	if g == nil || p.BTH.Opcode != wire.UDSendOnly || p.DETH.QKey != GSIQKey || len(p.Payload) != MADSize {
+	if g == nil || !isMAD(p) {
 		d.stats.rxNoQP.Add(1)
 		return
 	}

@@ -41,16 +41,11 @@ func ProbeGSI(ctx context.Context, to netip.AddrPort, mad []byte, accept func(ma
 	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	flow := wire.Flow{Src: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), Dst: to}
 	out := make([]byte, MADSize+128) // headers, ICRC and room to spare
-	p := wire.Packet{
-		BTH:  wire.BTH{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: GSIQPN},
-		DETH: wire.DETH{QKey: GSIQKey, SrcQP: GSIQPN},
-	}
-	hl, err := p.EncodeHeaders(out, MADSize)
+	n, err := encodeMAD(out, 0, mad)
 	if err != nil {
 		return nil, err
 	}
-	copy(out[hl:], mad)
-	out = out[:wire.Finish(out, hl+MADSize)]
+	out = out[:n]
 	flow.Seal(out)
 
 	stop := context.AfterFunc(ctx, func() { c.SetReadDeadline(time.Unix(1, 0)) })
@@ -77,8 +72,7 @@ func ProbeGSI(ctx context.Context, to netip.AddrPort, mad []byte, accept func(ma
 				return nil, fmt.Errorf("vroce: GSI probe %v: %w", to, err)
 			default:
 				var a wire.Packet
-				if wire.Parse(&a, in[:n]) == nil && back.Check(in[:n]) && a.BTH.DestQP == GSIQPN &&
-					a.BTH.Opcode == wire.UDSendOnly && a.DETH.QKey == GSIQKey && len(a.Payload) == MADSize && accept(a.Payload) {
+				if wire.Parse(&a, in[:n]) == nil && back.Check(in[:n]) && isMAD(&a) && accept(a.Payload) {
 					return append([]byte(nil), a.Payload...), nil
 				}
 				continue // not our answer: keep reading
