@@ -75,7 +75,7 @@ func TestProbeGSI(t *testing.T) {
 		got++
 	}
 	assert.Equal(t, asks, got, "one datagram per ask")
-	assert.GreaterOrEqual(t, got, 4, "asked again every 50 ms for 300 ms")
+	assert.GreaterOrEqual(t, got, 2, "asked again after each 50 ms wait, for 300 ms")
 
 	_, err = vroce.ProbeGSI(ctx, dev.LocalAddr(), []byte("short"), func([]byte) bool { return true }, every)
 	assert.ErrorIs(t, err, vroce.ErrInvalid)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"vroce.dev/vroce/wire"
 )
 
 // The in-package test kit: providers that join devices inside the test
@@ -153,4 +155,40 @@ func pipeQPsWith(t *testing.T, wrap func(*pipeProvider) Provider) (a, b pipeEnd)
 		}
 	}
 	return a, b
+}
+
+// sinkProvider keeps what a device sends and never receives: a requester
+// on it hears only what the test tells it.
+type sinkProvider struct {
+	mu   sync.Mutex
+	sent []wire.Packet
+	done chan struct{}
+	once sync.Once
+}
+
+func (p *sinkProvider) Recv([]Packet) (int, error) { <-p.done; return 0, net.ErrClosed }
+func (p *sinkProvider) Send(pkts []Packet) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pk := range pkts {
+		var w wire.Packet
+		if err := wire.Parse(&w, pk.AppendTo(nil)); err != nil {
+			return err
+		}
+		p.sent = append(p.sent, w)
+	}
+	return nil
+}
+func (p *sinkProvider) LocalAddr() netip.AddrPort { return netip.MustParseAddrPort("127.0.0.1:4791") }
+func (p *sinkProvider) MTU() int                  { return 9000 }
+func (p *sinkProvider) BatchSize() int            { return 64 }
+func (p *sinkProvider) Close() error              { p.once.Do(func() { close(p.done) }); return nil }
+
+// take returns what was sent since the last take.
+func (p *sinkProvider) take() []wire.Packet {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sent := p.sent
+	p.sent = nil
+	return sent
 }

@@ -1,9 +1,7 @@
 package vroce
 
 import (
-	"net"
 	"net/netip"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,42 +9,6 @@ import (
 
 	"vroce.dev/vroce/wire"
 )
-
-// sinkProvider keeps what a device sends and never receives: a requester
-// on it hears only what the test tells it.
-type sinkProvider struct {
-	mu   sync.Mutex
-	sent []wire.Packet
-	done chan struct{}
-	once sync.Once
-}
-
-func (p *sinkProvider) Recv([]Packet) (int, error) { <-p.done; return 0, net.ErrClosed }
-func (p *sinkProvider) Send(pkts []Packet) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, pk := range pkts {
-		var w wire.Packet
-		if err := wire.Parse(&w, pk.AppendTo(nil)); err != nil {
-			return err
-		}
-		p.sent = append(p.sent, w)
-	}
-	return nil
-}
-func (p *sinkProvider) LocalAddr() netip.AddrPort { return netip.MustParseAddrPort("127.0.0.1:4791") }
-func (p *sinkProvider) MTU() int                  { return 9000 }
-func (p *sinkProvider) BatchSize() int            { return 64 }
-func (p *sinkProvider) Close() error              { p.once.Do(func() { close(p.done) }); return nil }
-
-// take returns what was sent since the last take.
-func (p *sinkProvider) take() []wire.Packet {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	sent := p.sent
-	p.sent = nil
-	return sent
-}
 
 // requesterBench is an RC QP in RTS whose peer is a sinkProvider's void,
 // driven under its lock at times the test sets: t0 is far in the device's

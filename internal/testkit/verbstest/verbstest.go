@@ -170,11 +170,21 @@ func Fill(b []byte, seed byte) {
 // device's counters, say), until it holds or 10 s pass.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	if !Eventually(cond, 10*time.Second) {
+		t.Fatalf("gave up waiting for %s", what)
+	}
+}
+
+// Eventually polls cond as WaitFor does, for at most within, and reports
+// whether it came to hold: for a test that then asserts what it found,
+// with the numbers, whether or not it did.
+func Eventually(cond func() bool, within time.Duration) bool {
+	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
+			return false
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
+	return true
 }
