@@ -286,14 +286,15 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 // does this): a vRoCE service gets the QP exchange on it, and it closes;
 // any other keeps tc as the connection (Transport "tcp"), untouched,
 // unless fallback is off (ErrNotVRoCE, and tc is closed). The dialer's
-// Mode must be socket. The stream owns tc from here on.
+// Mode must be socket or empty ($RSOCK_MODE does not apply). The stream
+// owns tc from here on: on an error it is closed.
 func (d *Dialer) DialOver(ctx context.Context, tc *net.TCPConn) (net.Conn, error) {
 	raddr := tc.RemoteAddr().(*net.TCPAddr).AddrPort()
 	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
 	opErr := func(err error) error {
 		return &net.OpError{Op: "dial", Net: "tcp", Source: tc.LocalAddr(), Addr: tc.RemoteAddr(), Err: err}
 	}
-	if mode, err := modeOf(d.Mode); err != nil || mode != ModeSocket {
+	if d.Mode != "" && d.Mode != ModeSocket { // $RSOCK_MODE does not apply: the connection is TCP already
 		tc.Close()
 		return nil, opErr(fmt.Errorf("rsock: a stream over a TCP connection is made in socket mode, not %q", d.Mode))
 	}

@@ -43,6 +43,42 @@ func TestServeAnExistingTCPListener(t *testing.T) {
 	settle(t)
 }
 
+// A listener Serve cannot take (its UDP twin is in use) stays the
+// caller's, open; $RSOCK_MODE does not keep Serve or DialOver from the
+// socket mode they work in.
+func TestServeLeavesTheListenerToTheCallerOnError(t *testing.T) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer ln.Close()
+	twin, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: ln.Addr().(*net.TCPAddr).Port})
+	require.NoError(t, err)
+	_, err = (&ListenConfig{}).Serve(ln)
+	require.Error(t, err, "the device's UDP port is taken")
+	twin.Close()
+	go func() {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			c.Close()
+		}
+	}()
+	c, err := ln.Accept()
+	require.NoError(t, err, "ln is still open and the caller's")
+	c.Close()
+
+	t.Setenv("RSOCK_MODE", ModeCM)
+	l, err := (&ListenConfig{}).Serve(ln)
+	require.NoError(t, err)
+	tc, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := (&Dialer{}).DialOver(ctx, tc)
+	require.NoError(t, err)
+	assert.Equal(t, "vroce", transport(s))
+	s.Close()
+	l.Close()
+	settle(t)
+}
+
 // A TCP connection a program established becomes a stream when the
 // service speaks vRoCE, and stays the TCP connection, untouched, when it
 // does not (or fails, without fallback).

@@ -111,6 +111,9 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 		return nil, opErr(err)
 	}
 	if err := l.start(); err != nil {
+		if l.tcp != nil {
+			l.tcp.Close()
+		}
 		return nil, opErr(err)
 	}
 	return l, nil
@@ -120,11 +123,12 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 // open (one a program bound and listened on, handed over: vroce-run's
 // daemon does this), as Listen in socket mode does on a port of its own:
 // the device receives on the UDP port equal to ln's. The listener owns ln
-// from here on: closing it closes ln.
+// from here on: closing it closes ln. On an error ln stays the caller's,
+// open, to serve plain TCP itself if it likes.
 func (lc *ListenConfig) Serve(ln *net.TCPListener) (net.Listener, error) {
 	addr := ln.Addr().(*net.TCPAddr)
 	opErr := func(err error) error { return &net.OpError{Op: "listen", Net: "tcp", Addr: addr, Err: err} }
-	if mode, err := modeOf(lc.Mode); err != nil || mode != ModeSocket {
+	if lc.Mode != "" && lc.Mode != ModeSocket { // $RSOCK_MODE does not apply: the listener is TCP already
 		return nil, opErr(fmt.Errorf("rsock: a TCP listener is served in socket mode, not %q", lc.Mode))
 	}
 	l := lc.newListener("tcp")
@@ -155,15 +159,12 @@ func (lc *ListenConfig) newListener(network string) *Listener {
 }
 
 // start listens on the stack's connection manager and starts accepting;
-// on failure it releases the stack and the TCP listener.
+// on failure it releases the stack (the TCP listener is its opener's).
 func (l *Listener) start() error {
 	var err error
 	l.st.refs = 1
 	if l.cml, err = l.st.cm.Listen(uint16(l.addr.Port), l.backlog); err != nil {
 		l.st.unref(false)
-		if l.tcp != nil {
-			l.tcp.Close()
-		}
 		return err
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())

@@ -305,7 +305,7 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 		if len(p.pend) == 0 {
 			got, err := p.br.recv(p.rbufs, p.roob)
 			if err != nil {
-				return 0, p.interruptOr(err)
+				return 0, p.recvError(err)
 			}
 			p.collect(got)
 		}
@@ -314,7 +314,7 @@ func (p *Provider) Recv(pkts []vroce.Packet) (int, error) {
 	views := p.viewsOf(pkts)
 	got, err := p.br.recv(views, nil)
 	if err != nil {
-		return 0, p.interruptOr(err)
+		return 0, p.recvError(err)
 	}
 	p.fill(pkts, views, got)
 	return got, nil
@@ -347,7 +347,7 @@ func (p *Provider) RecvEach(pkts []vroce.Packet, deliver func(n int) bool) error
 		err = p.br.each(c.views, nil, p.gotPlain)
 	}
 	*c = recvEachCall{}
-	return p.interruptOr(err)
+	return p.recvError(err)
 }
 
 // recvEachCall is the RecvEach call in progress, for the callbacks made
@@ -392,12 +392,13 @@ func (p *Provider) takeInterrupt() bool {
 	return true
 }
 
-// interruptOr turns the deadline error an interrupt causes into a plain
-// return, and an error that says the socket can never receive again (its
-// descriptor is no longer a socket, or no longer open, and not through
-// our Close) into one wrapping vroce.ErrProviderFailed; it passes every
-// other error on (a transient one the device counts and retries).
-func (p *Provider) interruptOr(err error) error {
+// recvError is what a receive's error means: the deadline error an
+// interrupt causes becomes a plain return; an error saying the socket can
+// never receive again (its descriptor no longer a socket, or no longer
+// open, and not through our Close) becomes one wrapping
+// vroce.ErrProviderFailed; any other (a transient one, which the device
+// counts and retries) passes on.
+func (p *Provider) recvError(err error) error {
 	if err == nil {
 		return nil
 	}
