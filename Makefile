@@ -11,6 +11,8 @@ build:
 	CGO_ENABLED=0 $(GO) build ./...
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroce-perf ./cmd/vroce-perf
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/rsock-proxy ./cmd/rsock-proxy
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroce-provider-udp ./cmd/vroce-provider-udp
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroce-provider-afxdp ./cmd/vroce-provider-afxdp
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/http-over-vroce ./examples/http-over-vroce
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/grpc-over-vroce ./examples/grpc-over-vroce
 	cd bench/quic && CGO_ENABLED=0 $(GO) build -o ../../$(BIN)/quic-perf .

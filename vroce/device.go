@@ -20,7 +20,8 @@ import (
 // Config opens a device.
 type Config struct {
 	// Provider names the packet I/O: "udp" (default), "sim", "afxdp",
-	// "plugin:PATH". Empty means $VROCE_PROVIDER, then "udp".
+	// "plugin:NAME" or "plugin:/path/to/binary" (providers/plugin). Empty
+	// means $VROCE_PROVIDER, then "udp".
 	Provider string
 	// Addr is the local address, "host:port"; the port is the device's
 	// RoCEv2 UDP port (4791 unless several devices share a host).
@@ -78,7 +79,7 @@ type Device struct {
 
 // Open opens a device on the provider cfg names.
 func Open(cfg Config) (*Device, error) {
-	p, err := openProvider(cfg.Provider, ProviderConfig{Addr: cfg.Addr, Options: cfg.ProviderOptions})
+	p, err := OpenProvider(cfg.Provider, ProviderConfig{Addr: cfg.Addr, Options: cfg.ProviderOptions})
 	if err != nil {
 		return nil, err
 	}

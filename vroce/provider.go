@@ -1,11 +1,14 @@
 package vroce
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
 	"sort"
+	"strings"
 	"sync"
+	"time"
 )
 
 // Packet is one datagram crossing a Provider: a whole RoCEv2 packet (BTH to
@@ -142,11 +145,16 @@ type ProviderConfig struct {
 	// Options carries provider-specific settings (for example the
 	// *sim.Network to attach to); providers document what they accept.
 	Options any
+	// Target is what followed the colon when the provider was named
+	// "FAMILY:TARGET" (for "plugin:udp", "udp"): which member of a
+	// family of providers (RegisterProviderFamily) to open.
+	Target string
 }
 
 // OptionsAs is a provider's view of ProviderConfig.Options: a T or a *T
-// as given, the zero T when there are none, and otherwise an error that
-// names the provider and the type it wants.
+// as given, a T decoded from JSON (json.RawMessage), the zero T when
+// there are none, and otherwise an error that names the provider and the
+// type it wants.
 func OptionsAs[T any](provider string, options any) (T, error) {
 	var zero T
 	switch o := options.(type) {
@@ -159,8 +167,33 @@ func OptionsAs[T any](provider string, options any) (T, error) {
 			return *o, nil
 		}
 		return zero, nil
+	case json.RawMessage:
+		// Options that crossed from another process (providers/plugin).
+		if len(o) == 0 {
+			return zero, nil
+		}
+		var t T
+		if err := json.Unmarshal(o, &t); err != nil {
+			return zero, fmt.Errorf("%s: options %s: %w", provider, o, err)
+		}
+		return t, nil
 	}
 	return zero, fmt.Errorf("%s: options of type %T: want %T", provider, options, zero)
+}
+
+// BusyPollFromEnv is $VROCE_BUSY_POLL: how long a provider's receive
+// that finds nothing keeps looking before it sleeps (0 when unset). Every
+// provider that polls reads it here.
+func BusyPollFromEnv() (time.Duration, error) {
+	v := os.Getenv("VROCE_BUSY_POLL")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("VROCE_BUSY_POLL=%q: want a duration such as 50us", v)
+	}
+	return d, nil
 }
 
 // OpenProviderFunc creates a provider from its configuration.
@@ -183,7 +216,7 @@ type ProviderTraits struct {
 var registry struct {
 	sync.Mutex
 	m      map[string]OpenProviderFunc
-	traits map[string]ProviderTraits
+	traits map[string]func(target string) ProviderTraits
 }
 
 // RegisterProvider makes a provider available to Open by name. Providers
@@ -195,15 +228,32 @@ func RegisterProvider(name string, open OpenProviderFunc) {
 // RegisterProviderWithTraits is RegisterProvider for a provider that says
 // what it is (ProviderTraits).
 func RegisterProviderWithTraits(name string, open OpenProviderFunc, traits ProviderTraits) {
+	RegisterProviderFamily(name, open, func(string) ProviderTraits { return traits })
+}
+
+// RegisterProviderFamily registers a family of providers, each named
+// "name:TARGET" (the plugin provider: "plugin:udp", "plugin:/opt/x"):
+// open finds the target in ProviderConfig.Target, and traits says what
+// the target's provider is, which may take starting it.
+func RegisterProviderFamily(name string, open OpenProviderFunc, traits func(target string) ProviderTraits) {
 	registry.Lock()
 	defer registry.Unlock()
 	if registry.m == nil {
-		registry.m, registry.traits = map[string]OpenProviderFunc{}, map[string]ProviderTraits{}
+		registry.m, registry.traits = map[string]OpenProviderFunc{}, map[string]func(string) ProviderTraits{}
 	}
 	if _, dup := registry.m[name]; dup {
 		panic("vroce: provider " + name + " registered twice")
 	}
 	registry.m[name], registry.traits[name] = open, traits
+}
+
+// splitProviderName splits "FAMILY:TARGET" into its family, under which
+// the provider is registered, and its target.
+func splitProviderName(name string) (family, target string) {
+	if i := strings.IndexByte(name, ':'); i > 0 {
+		return name[:i], name[i+1:]
+	}
+	return name, ""
 }
 
 // Providers lists the registered provider names.
@@ -237,9 +287,14 @@ func ProviderName(name string) string {
 // TraitsOf returns what the provider name selects says of itself (the
 // zero ProviderTraits for one not linked in, whose Open will say so).
 func TraitsOf(name string) ProviderTraits {
+	family, target := splitProviderName(ProviderName(name))
 	registry.Lock()
-	defer registry.Unlock()
-	return registry.traits[ProviderName(name)]
+	traits := registry.traits[family]
+	registry.Unlock()
+	if traits == nil {
+		return ProviderTraits{}
+	}
+	return traits(target)
 }
 
 // DeviceAddrFor is the address to open a device of provider name on to
@@ -252,13 +307,17 @@ func DeviceAddrFor(name string, peer netip.AddrPort) (string, error) {
 	return "", nil
 }
 
-func openProvider(name string, cfg ProviderConfig) (Provider, error) {
-	name = ProviderName(name)
+// OpenProvider opens the provider name selects (see ProviderName) by
+// itself, without a device: for a program that serves one to another
+// process (providers/plugin). Open is the usual way.
+func OpenProvider(name string, cfg ProviderConfig) (Provider, error) {
+	family, target := splitProviderName(ProviderName(name))
 	registry.Lock()
-	open := registry.m[name]
+	open := registry.m[family]
 	registry.Unlock()
 	if open == nil {
-		return nil, fmt.Errorf("vroce: provider %q is not linked into this program (have %v; import vroce.dev/providers/%s)", name, Providers(), name)
+		return nil, fmt.Errorf("vroce: provider %q is not linked into this program (have %v; import vroce.dev/providers/%s)", family, Providers(), family)
 	}
+	cfg.Target = target
 	return open(cfg)
 }

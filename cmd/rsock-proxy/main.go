@@ -27,6 +27,7 @@ import (
 	"time"
 
 	_ "vroce.dev/providers/afxdp" // VROCE_PROVIDER=afxdp VROCE_IFACE=NAME
+	"vroce.dev/providers/plugin"  // VROCE_PROVIDER=plugin:NAME
 	_ "vroce.dev/providers/udp"   // the default
 	"vroce.dev/rsock"
 )
@@ -130,6 +131,7 @@ func main() {
 	drainCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	rsock.Drain(drainCtx) // let the last streams' FINs and DREQs finish
 	cancel()
+	plugin.Cleanup()
 	logger.Printf("stopped: %d connections served", p.served.Load())
 }
 

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	_ "vroce.dev/providers/afxdp"
+	"vroce.dev/providers/plugin"
 	_ "vroce.dev/providers/sim"
 	"vroce.dev/vroce"
 )
@@ -150,6 +151,7 @@ func main() {
 	}
 	stopProfile()
 	stopTrace()
+	plugin.Cleanup()
 	for _, r := range results {
 		r.print(os.Stdout, cfg.JSON)
 	}
@@ -162,7 +164,7 @@ func main() {
 func defineFlags(c *config) {
 	flag.CommandLine = flag.NewFlagSet("vroce-perf", flag.ContinueOnError)
 	fs := flag.CommandLine
-	fs.StringVar(&c.Provider, "provider", "", "packet provider: udp, afxdp or sim (default $VROCE_PROVIDER, then udp)")
+	fs.StringVar(&c.Provider, "provider", "", "packet provider: udp, afxdp, sim, or plugin:NAME for one out of process (default $VROCE_PROVIDER, then udp)")
 	fs.StringVar(&c.Iface, "iface", "", "afxdp provider: the network interface (default $VROCE_IFACE)")
 	fs.DurationVar(&c.BusyPoll, "busy-poll", 0, "udp provider: keep trying to receive this long before sleeping, e.g. 50us (default $VROCE_BUSY_POLL)")
 	fs.IntVar(&c.Size, "s", 0, "message size in bytes (default 65536 for _bw, 2 for _lat, 8 for atomic_lat)")

@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"vroce.dev/internal/workload"
 	"vroce.dev/providers/afxdp"
@@ -61,9 +63,12 @@ func (c *config) devConfig(role string, network *sim.Network) vroce.Config {
 	return dc
 }
 
-// providerOptions are what a provider other than sim needs from the flags.
+// providerOptions are what a provider other than sim needs from the flags;
+// a plugin of udp or afxdp (plugin:NAME, plugin:/x/vroce-provider-NAME)
+// is sent the same, as JSON.
 func (c *config) providerOptions() any {
-	switch c.Provider {
+	name := strings.TrimPrefix(filepath.Base(strings.TrimPrefix(c.Provider, "plugin:")), "vroce-provider-")
+	switch name {
 	case "afxdp":
 		return afxdp.Options{Iface: c.Iface}
 	case "", "udp":

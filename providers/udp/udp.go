@@ -62,12 +62,10 @@ func open(cfg vroce.ProviderConfig) (vroce.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v := os.Getenv("VROCE_BUSY_POLL"); v != "" && opts.BusyPoll == 0 {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("udp: VROCE_BUSY_POLL=%q: want a duration such as 50us", v)
+	if opts.BusyPoll == 0 {
+		if opts.BusyPoll, err = vroce.BusyPollFromEnv(); err != nil {
+			return nil, fmt.Errorf("udp: %w", err)
 		}
-		opts.BusyPoll = d
 	}
 	return ListenWith(addr, opts)
 }

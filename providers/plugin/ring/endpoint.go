@@ -34,7 +34,7 @@ type Consumer struct {
 	head    uint64 // the producer's index as last read
 	closed  atomic.Bool
 	err     error // sticky: the ring is corrupt
-	dropped uint64
+	dropped atomic.Uint64
 }
 
 // Producer returns the producer of ring i of r (0 or 1), which rings data
@@ -185,7 +185,7 @@ func (c *Consumer) TryGet(dst []byte) (m Meta, n int, ok bool, err error) {
 			continue // the wrap mark
 		}
 		if n > len(dst) {
-			c.dropped++
+			c.dropped.Add(1)
 			continue
 		}
 		return m, copy(dst, c.q.area[start:start+n]), true, nil
@@ -203,7 +203,8 @@ func (c *Consumer) Release() error {
 }
 
 // Dropped counts datagrams too long for the buffer TryGet was given.
-func (c *Consumer) Dropped() uint64 { return c.dropped }
+// Any goroutine may call it.
+func (c *Consumer) Dropped() uint64 { return c.dropped.Load() }
 
 // Wait returns when the producer has published something TryGet has not
 // read, when Interrupt or Close is called, or (spuriously) when a stale

@@ -1,0 +1,17 @@
+// Command vroce-provider-afxdp serves the afxdp provider out of process:
+// VROCE_PROVIDER=plugin:afxdp. Given the capabilities it needs as file
+// capabilities, it serves programs that have none:
+//
+//	setcap cap_net_admin,cap_net_raw,cap_bpf+ep vroce-provider-afxdp
+//
+// "vroce-provider-afxdp describe" prints what it is as JSON.
+package main
+
+import (
+	_ "vroce.dev/providers/afxdp"
+	"vroce.dev/providers/plugin"
+)
+
+func main() {
+	plugin.Main(plugin.Description{Name: "afxdp", Needs: []string{"CAP_NET_RAW", "CAP_NET_ADMIN", "CAP_BPF"}})
+}
