@@ -328,14 +328,12 @@ func (d *pluginDevice) toNetwork(s *pluginServer) {
 	defer d.pumps.Done()
 	batch := d.prov.BatchSize()
 	pkts := make([]vroce.Packet, batch)
-	bufs := make([][]byte, batch)
-	for i := range bufs {
-		bufs[i] = make([]byte, maxDatagram)
-	}
 	for {
 		n := 0
 		for n < batch {
-			m, k, ok, err := d.in.TryGet(bufs[n])
+			// Lent, not copied: the bytes go to the kernel as they are,
+			// and the host may scribble only on its own packets.
+			m, data, ok, err := d.in.TryLend()
 			if err != nil {
 				s.emit(event{ID: d.id, Kind: eventFatal, Err: err.Error()})
 				return
@@ -343,12 +341,13 @@ func (d *pluginDevice) toNetwork(s *pluginServer) {
 			if !ok {
 				break
 			}
-			pkts[n] = vroce.Packet{Data: bufs[n][:k], Addr: m.Addr, Coalesce: m.Coalesce}
+			pkts[n] = vroce.Packet{Data: data, Addr: m.Addr, Coalesce: m.Coalesce}
 			n++
 		}
-		d.in.Release()
 		if n > 0 {
-			if err := d.prov.Send(pkts[:n]); err != nil {
+			err := d.prov.Send(pkts[:n])
+			d.in.Release()
+			if err != nil {
 				if errors.Is(err, net.ErrClosed) {
 					return
 				}
@@ -358,6 +357,7 @@ func (d *pluginDevice) toNetwork(s *pluginServer) {
 			}
 			continue
 		}
+		d.in.Release()
 		if err := d.in.Wait(d.busy); err != nil {
 			return
 		}

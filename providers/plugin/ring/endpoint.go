@@ -159,8 +159,25 @@ func (p *Producer) Close() {
 // is dropped and counted (Dropped). What it read is not released until
 // Release.
 func (c *Consumer) TryGet(dst []byte) (m Meta, n int, ok bool, err error) {
+	m, d, ok, err := c.next(len(dst))
+	if !ok {
+		return m, 0, false, err
+	}
+	return m, copy(dst, d), true, nil
+}
+
+// TryLend is TryGet without the copy: the datagram stays in the ring,
+// readable until Release. The producer's process can still write there,
+// so only a reader that needs no checked copy may use it: one that hands
+// the bytes on as they are (to the kernel, say).
+func (c *Consumer) TryLend() (m Meta, d []byte, ok bool, err error) {
+	return c.next(c.maxLen)
+}
+
+// next finds the next datagram of at most room bytes in the area.
+func (c *Consumer) next(room int) (m Meta, d []byte, ok bool, err error) {
 	if c.err != nil {
-		return m, 0, false, c.err
+		return m, nil, false, c.err
 	}
 	size := uint64(len(c.q.area))
 	for {
@@ -168,27 +185,27 @@ func (c *Consumer) TryGet(dst []byte) (m Meta, n int, ok bool, err error) {
 			head := c.q.head.Load()
 			if _, err := c.q.published(head, c.tail); err != nil || head < c.head {
 				c.err = fmt.Errorf("%w: the producer's index went from %d to %d (tail %d)", ErrCorrupt, c.head, head, c.tail)
-				return m, 0, false, c.err
+				return m, nil, false, c.err
 			}
 			c.head = head
 			if c.tail == c.head {
-				return m, 0, false, nil
+				return m, nil, false, nil
 			}
 		}
 		m, start, n, advance, err := decodeSlot(c.q.area, c.tail%size, c.head-c.tail, c.maxLen)
 		if err != nil {
 			c.err = err
-			return m, 0, false, err
+			return m, nil, false, err
 		}
 		c.tail += advance
 		if n < 0 {
 			continue // the wrap mark
 		}
-		if n > len(dst) {
+		if n > room {
 			c.dropped.Add(1)
 			continue
 		}
-		return m, copy(dst, c.q.area[start:start+n]), true, nil
+		return m, c.q.area[start : start+n : start+n], true, nil
 	}
 }
 

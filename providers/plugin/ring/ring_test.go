@@ -265,7 +265,7 @@ func TestMapChecksTheMemfd(t *testing.T) {
 	assert.ErrorContains(t, err, fmt.Sprintf("ABI %d", ABIVersion+1))
 }
 
-func TestTheRingPathAllocatesNothing(t *testing.T) {
+func TestRingNoAllocationPerPacket(t *testing.T) {
 	p := newPair(t, MinArea)
 	d := numbered(1, 1400)
 	buf := make([]byte, maxLen)
@@ -340,6 +340,13 @@ func TestAcrossTwoProcesses(t *testing.T) {
 
 const childEnv = "VROCE_RING_TEST_CHILD"
 
+// childBusy is how long the child polls before it sleeps:
+// $VROCE_BUSY_POLL, as a provider's pump would.
+func childBusy() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv("VROCE_BUSY_POLL"))
+	return d
+}
+
 // startChild runs this test binary as the other process, handing it the
 // memfd and the four doorbells as fds 3 to 7.
 func startChild(t testing.TB, mode string, p *pair) *exec.Cmd {
@@ -393,7 +400,7 @@ func runChild(mode string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
-			if err := in.Wait(50 * time.Microsecond); err != nil {
+			if err := in.Wait(childBusy()); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
@@ -463,4 +470,30 @@ func BenchmarkAcrossTwoProcesses1400(b *testing.B) {
 	require.Equal(b, uint64(b.N), binary.LittleEndian.Uint64(got))
 	require.NoError(b, child.Wait())
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
+}
+
+// A 64-byte ping-pong with the child, neither side polling unless
+// $VROCE_BUSY_POLL says so: two doorbell wake-ups across processes a
+// round, the cost a plugin adds to each packet's way in and out.
+func BenchmarkPingPongAcrossTwoProcesses(b *testing.B) {
+	p := newPair(b, MinArea)
+	child := startChild(b, "echo", p)
+	d := numbered(1, 64)
+	buf := make([]byte, maxLen)
+	b.ResetTimer()
+	for range b.N {
+		require.NoError(b, p.prod0.Put(Meta{Addr: peer}, d, nil, nil))
+		for {
+			_, _, ok, err := p.cons1.TryGet(buf)
+			require.NoError(b, err)
+			if ok {
+				break
+			}
+			require.NoError(b, p.cons1.Wait(childBusy()))
+		}
+		require.NoError(b, p.cons1.Release())
+	}
+	b.StopTimer()
+	require.NoError(b, p.prod0.Put(Meta{}, nil, nil, nil))
+	require.NoError(b, child.Wait())
 }
