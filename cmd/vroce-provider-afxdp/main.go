@@ -2,7 +2,10 @@
 // VROCE_PROVIDER=plugin:afxdp. Given the capabilities it needs as file
 // capabilities, it serves programs that have none:
 //
-//	setcap cap_net_admin,cap_net_raw,cap_bpf+ep vroce-provider-afxdp
+//	setcap cap_net_admin,cap_net_raw,cap_bpf,cap_ipc_lock+ep vroce-provider-afxdp
+//
+// (CAP_IPC_LOCK: the kernel charges the UMEM to an unprivileged user's
+// RLIMIT_MEMLOCK otherwise, which it does not fit.)
 //
 // "vroce-provider-afxdp describe" prints what it is as JSON.
 package main
@@ -13,5 +16,5 @@ import (
 )
 
 func main() {
-	plugin.Main(plugin.Description{Name: "afxdp", Needs: []string{"CAP_NET_RAW", "CAP_NET_ADMIN", "CAP_BPF"}})
+	plugin.Main(plugin.Description{Name: "afxdp", Needs: []string{"CAP_NET_RAW", "CAP_NET_ADMIN", "CAP_BPF", "CAP_IPC_LOCK"}})
 }

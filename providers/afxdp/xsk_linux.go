@@ -116,7 +116,9 @@ func openXSK(ifindex, queue int) (_ *xsk, err error) {
 	}
 	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&s.umem[0]))), Len: uint64(len(s.umem)), Size: frameSize}
 	if err := setsockopt(fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
-		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) {
+		// The kernel charges a UMEM to RLIMIT_MEMLOCK unless the process
+		// has CAP_IPC_LOCK, and says so with ENOBUFS (ENOMEM on older ones).
+		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOBUFS) {
 			return nil, fmt.Errorf("afxdp: registering a %d MiB UMEM: %w (raise RLIMIT_MEMLOCK or grant CAP_IPC_LOCK)", len(s.umem)>>20, err)
 		}
 		return nil, fmt.Errorf("afxdp: registering the UMEM: %w", err)

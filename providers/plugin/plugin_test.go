@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 		servePlugin(name)
 		return
 	}
+	if os.Getenv(appEnv) != "" {
+		os.Exit(runApp(os.Args[1:]))
+	}
 	code := m.Run()
 	Cleanup()
 	if code == 0 {
@@ -52,6 +55,8 @@ func servePlugin(name string) {
 	switch name {
 	case "udp":
 		Main(Description{Name: "udp"})
+	case "afxdp":
+		Main(Description{Name: "afxdp"})
 	case "simnet":
 		registerSimnet()
 		Main(Description{Name: "simnet"})
