@@ -1,3 +1,5 @@
+//go:build linux
+
 package plugin
 
 import (
@@ -274,4 +276,28 @@ func BenchmarkOpenDevice(b *testing.B) {
 		require.NoError(b, err)
 		q.Close()
 	}
+}
+
+// Launching a plugin and opening its first device, then the memory the
+// plugin holds with that device open and idle (VmRSS, which counts the
+// ring pages it has touched).
+func BenchmarkLaunchAndOpen(b *testing.B) {
+	var rss float64
+	for range b.N {
+		Cleanup()
+		p, err := vroce.OpenProvider(provider(b, "udp"), vroce.ProviderConfig{Addr: "127.0.0.1:0"})
+		require.NoError(b, err)
+		b.StopTimer()
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pidOf(p)))
+		require.NoError(b, err)
+		for _, line := range strings.Split(string(status), "\n") {
+			var kb float64
+			if _, err := fmt.Sscanf(line, "VmRSS: %f kB", &kb); err == nil {
+				rss += kb / 1024
+			}
+		}
+		p.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(rss/float64(b.N), "plugin-RSS-MiB")
 }

@@ -17,6 +17,9 @@ var handshake = plugin.HandshakeConfig{
 	MagicCookieValue: "e1a5d0c6-vroce-provider",
 }
 
+// binaryPrefix is how a plugin binary is named: vroce-provider-NAME.
+const binaryPrefix = "vroce-provider-"
+
 // pluginName is the one plugin a provider binary serves.
 const pluginName = "provider"
 

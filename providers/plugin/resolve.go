@@ -1,3 +1,5 @@
+//go:build linux
+
 package plugin
 
 import (
@@ -7,9 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 )
-
-// binaryPrefix is how a plugin binary is named: vroce-provider-NAME.
-const binaryPrefix = "vroce-provider-"
 
 // resolve finds the binary target names: a path (anything with a slash)
 // as it is, a NAME as vroce-provider-NAME in each directory of
