@@ -1,5 +1,6 @@
 # vroce.dev: `make demo` runs the demo, `make test` runs the tests.
 GO        ?= go
+CC        ?= cc
 FUZZTIME  ?= 30s
 BIN       := bin
 
@@ -13,6 +14,9 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/rsock-proxy ./cmd/rsock-proxy
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroce-provider-udp ./cmd/vroce-provider-udp
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroce-provider-afxdp ./cmd/vroce-provider-afxdp
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroced ./cmd/vroced
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/vroce-run ./cmd/vroce-run
+	$(CC) -shared -fPIC -O2 -Wall -Wextra -Werror -o $(BIN)/libvroce-preload.so preload/c/vroce-preload.c -ldl -lpthread
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/http-over-vroce ./examples/http-over-vroce
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/grpc-over-vroce ./examples/grpc-over-vroce
 	cd bench/quic && CGO_ENABLED=0 $(GO) build -o ../../$(BIN)/quic-perf .

@@ -46,6 +46,16 @@ type TCPConn struct {
 // Transport says what carries the connection.
 func (c *TCPConn) Transport() string { return "tcp" }
 
+// Buffered is how many bytes the listener read from the socket while it
+// told a plain TCP client from a vRoCE one that Read has not yet
+// returned: with none, the socket holds the whole stream, and a program
+// may be handed it as it is (vroced does).
+func (c *TCPConn) Buffered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.prefix)
+}
+
 // Read implements net.Conn.
 func (c *TCPConn) Read(p []byte) (int, error) {
 	c.mu.Lock()

@@ -1,0 +1,570 @@
+package preload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"vroce.dev/rsock"
+)
+
+// Config configures a daemon.
+type Config struct {
+	// Name is the abstract Unix socket the interposer reaches the daemon
+	// at (without the leading @).
+	Name string
+	// NoFallback refuses a connection to a peer that does not speak vRoCE
+	// (ECONNREFUSED) instead of leaving it on TCP.
+	NoFallback bool
+	// Ports, when not empty, are the only remote ports (connect) and local
+	// ports (listen) taken over; others stay plain TCP.
+	Ports []uint16
+	// Provider and ProviderOptions choose the vRoCE devices (rsock's).
+	Provider        string
+	ProviderOptions any
+	// DialTimeout bounds connecting a program's socket (default 30 s).
+	DialTimeout time.Duration
+	Log         *slog.Logger
+}
+
+// Daemon serves interposed programs: it connects and listens for them and
+// bridges their descriptors to rsock streams.
+type Daemon struct {
+	cfg Config
+	ln  *net.UnixListener
+	uid int
+
+	stats struct {
+		processes, vroceConns, vroceBytes, tcpConns, tcpBytes atomic.Uint64
+	}
+
+	// mu guards users and closed; idle is closed when users falls to
+	// zero after it was above it (the daemon then has nobody to serve).
+	mu     sync.Mutex
+	users  int // control connections, bridges and listeners alive
+	served bool
+	idle   chan struct{}
+	closed bool
+}
+
+// Listen opens the daemon's control socket.
+func Listen(cfg Config) (*Daemon, error) {
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + cfg.Name, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("vroced: control socket @%s: %w", cfg.Name, err)
+	}
+	return &Daemon{cfg: cfg, ln: ln, uid: os.Getuid(), idle: make(chan struct{})}, nil
+}
+
+// Serve serves until nobody uses the daemon any more (after somebody
+// did) or Close.
+func (d *Daemon) Serve() error {
+	go func() {
+		<-d.idle
+		d.ln.Close()
+	}()
+	for {
+		c, err := d.ln.AcceptUnix()
+		if err != nil {
+			d.mu.Lock()
+			done := d.closed || d.served && d.users == 0
+			d.mu.Unlock()
+			if done {
+				return nil
+			}
+			return err
+		}
+		if !d.acquire() {
+			c.Close()
+			return nil
+		}
+		go func() {
+			defer d.release()
+			defer c.Close()
+			d.serveControl(c)
+		}()
+	}
+}
+
+// Close stops accepting new clients.
+func (d *Daemon) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	return d.ln.Close()
+}
+
+// Stats are the daemon's counters.
+func (d *Daemon) Stats() Stats {
+	return Stats{Processes: d.stats.processes.Load(), VRoCEConns: d.stats.vroceConns.Load(), VRoCEBytes: d.stats.vroceBytes.Load(),
+		TCPConns: d.stats.tcpConns.Load(), TCPBytes: d.stats.tcpBytes.Load()}
+}
+
+func (d *Daemon) acquire() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || d.served && d.users == 0 {
+		return false
+	}
+	d.users++
+	d.served = true
+	return true
+}
+
+func (d *Daemon) release() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.users--
+	if d.users == 0 && !d.closed {
+		close(d.idle)
+		d.closed = true
+	}
+}
+
+// serveControl answers one process's requests, one at a time.
+func (d *Daemon) serveControl(c *net.UnixConn) {
+	if err := d.checkPeer(c); err != nil {
+		d.cfg.Log.Warn("vroced: refused a client", "err", err)
+		return
+	}
+	buf := make([]byte, messageSize+1)
+	oob := make([]byte, unix.CmsgSpace(4*2))
+	for {
+		n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			return
+		}
+		fds := rights(oob[:oobn])
+		m, err := decodeRequest(buf[:n])
+		if err == nil && flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+			err = fmt.Errorf("%w: truncated", errBadMessage)
+		}
+		if err != nil {
+			closeAll(fds)
+			d.cfg.Log.Warn("vroced: dropping a client", "err", err)
+			return
+		}
+		reply, give, extra := d.handle(m, fds)
+		if m.op == opHello {
+			continue
+		}
+		out := reply.encode()
+		out = append(out, extra...)
+		var rights []byte
+		if give >= 0 {
+			rights = unix.UnixRights(give)
+		}
+		_, _, err = c.WriteMsgUnix(out, rights, nil)
+		if give >= 0 {
+			unix.Close(give)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// checkPeer admits only processes of the daemon's own user.
+func (d *Daemon) checkPeer(c *net.UnixConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := rc.Control(func(fd uintptr) { cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil {
+		return err
+	}
+	if credErr != nil {
+		return credErr
+	}
+	if int(cred.Uid) != d.uid {
+		return fmt.Errorf("uid %d (pid %d) is not the daemon's uid %d", cred.Uid, cred.Pid, d.uid)
+	}
+	return nil
+}
+
+// handle answers one request: the reply, a descriptor to pass with it
+// (-1: none) and bytes that follow the reply.
+func (d *Daemon) handle(m message, fds []int) (message, int, []byte) {
+	reply := message{op: m.op}
+	need := map[uint32]int{opHello: 0, opStats: 0, opConnect: 1, opListen: 1}[m.op]
+	if len(fds) != need {
+		closeAll(fds)
+		reply.errno = int32(unix.EINVAL)
+		return reply, -1, nil
+	}
+	switch m.op {
+	case opHello:
+		d.stats.processes.Add(1)
+	case opStats:
+		return reply, -1, d.Stats().encode()
+	case opConnect:
+		return d.connect(fds[0], m.peer)
+	case opListen:
+		return d.listen(fds[0])
+	}
+	return reply, -1, nil
+}
+
+// takes says whether port is one the daemon takes over.
+func (d *Daemon) takes(port uint16) bool {
+	if len(d.cfg.Ports) == 0 {
+		return true
+	}
+	for _, p := range d.cfg.Ports {
+		if p == port {
+			return true
+		}
+	}
+	return false
+}
+
+// connect connects the program's socket fd to peer and dials vRoCE over
+// it.
+func (d *Daemon) connect(fd int, peer netip.AddrPort) (message, int, []byte) {
+	reply := message{op: opConnect}
+	fail := func(err error) (message, int, []byte) {
+		reply.errno = int32(errnoOf(err))
+		return reply, -1, nil
+	}
+	defer unix.Close(fd)
+	if err := connectSocket(fd, peer, d.cfg.DialTimeout); err != nil {
+		return fail(err)
+	}
+	if !d.takes(peer.Port()) {
+		d.stats.tcpConns.Add(1)
+		return reply, -1, nil // connected; the program keeps it
+	}
+	tc, err := tcpConnOf(fd)
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DialTimeout)
+	defer cancel()
+	dialer := rsock.Dialer{Provider: d.cfg.Provider, ProviderOptions: d.cfg.ProviderOptions, NoFallback: d.cfg.NoFallback}
+	conn, err := dialer.DialOver(ctx, tc)
+	if err != nil {
+		if errors.Is(err, rsock.ErrNotVRoCE) {
+			return fail(unix.ECONNREFUSED)
+		}
+		return fail(err)
+	}
+	if transport(conn) != "vroce" {
+		conn.Close() // our copy; the program's socket stays as it is
+		d.stats.tcpConns.Add(1)
+		return reply, -1, nil
+	}
+	give, err := d.bridge(conn)
+	if err != nil {
+		conn.Close()
+		return fail(err)
+	}
+	reply.flags = flagSwap
+	reply.local, reply.peer = addrOf(conn.LocalAddr()), addrOf(conn.RemoteAddr())
+	return reply, give, nil
+}
+
+// listen serves the program's listening socket fd with rsock and returns
+// the accept queue's other end.
+func (d *Daemon) listen(fd int) (message, int, []byte) {
+	reply := message{op: opListen}
+	f := os.NewFile(uintptr(fd), "program-listener")
+	l, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		reply.errno = int32(errnoOf(err))
+		return reply, -1, nil
+	}
+	tl, ok := l.(*net.TCPListener)
+	local := addrOf(l.Addr())
+	if !ok || !d.takes(local.Port()) {
+		l.Close()
+		reply.errno = int32(unix.EPROTONOSUPPORT) // the program keeps its own listener
+		return reply, -1, nil
+	}
+	lc := rsock.ListenConfig{Provider: d.cfg.Provider, ProviderOptions: d.cfg.ProviderOptions}
+	rl, err := lc.Serve(tl)
+	if err != nil {
+		tl.Close()
+		reply.errno = int32(errnoOf(err))
+		return reply, -1, nil
+	}
+	ours, theirs, err := socketpair(unix.SOCK_SEQPACKET)
+	if err != nil {
+		rl.Close()
+		reply.errno = int32(errnoOf(err))
+		return reply, -1, nil
+	}
+	if !d.acquire() {
+		rl.Close()
+		ours.Close()
+		unix.Close(theirs)
+		reply.errno = int32(unix.ESHUTDOWN)
+		return reply, -1, nil
+	}
+	go func() {
+		defer d.release()
+		d.serveAcceptQueue(rl, ours)
+	}()
+	reply.flags, reply.local = flagSwap, local
+	return reply, theirs, nil
+}
+
+// serveAcceptQueue passes each accepted connection to the program until
+// it closes its listener (the queue hangs up) or the listener fails.
+func (d *Daemon) serveAcceptQueue(rl net.Listener, q *net.UnixConn) {
+	go func() {
+		var b [1]byte
+		q.Read(b[:]) // returns when the program closes its end
+		rl.Close()
+	}()
+	defer q.Close()
+	defer rl.Close()
+	for {
+		c, err := rl.Accept()
+		if err != nil {
+			return
+		}
+		if err := d.pass(c, q); err != nil {
+			c.Close()
+			return
+		}
+	}
+}
+
+// pass gives the program one accepted connection: the real socket of a
+// plain TCP client whose bytes the listener has not read, else a bridge.
+func (d *Daemon) pass(c net.Conn, q *net.UnixConn) error {
+	local, peer := addrOf(c.LocalAddr()), addrOf(c.RemoteAddr())
+	if tc, ok := c.(*rsock.TCPConn); ok && tc.Buffered() == 0 {
+		d.stats.tcpConns.Add(1)
+		rc, err := tc.TCPConn.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var sendErr error
+		if err := rc.Control(func(fd uintptr) {
+			_, _, sendErr = q.WriteMsgUnix(encodeAccept(0, local, peer), unix.UnixRights(int(fd)), nil)
+		}); err != nil {
+			return err
+		}
+		c.Close()
+		return sendErr
+	}
+	give, err := d.bridge(c)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(give)
+	_, _, err = q.WriteMsgUnix(encodeAccept(flagSwap, local, peer), unix.UnixRights(give), nil)
+	return err
+}
+
+// bridge copies between c and one end of a new socketpair and returns
+// the other end for the program.
+func (d *Daemon) bridge(c net.Conn) (int, error) {
+	ours, theirs, err := socketpair(unix.SOCK_STREAM)
+	if err != nil {
+		return -1, err
+	}
+	if !d.acquire() {
+		ours.Close()
+		unix.Close(theirs)
+		return -1, unix.ESHUTDOWN
+	}
+	bytes := &d.stats.tcpBytes
+	if transport(c) == "vroce" {
+		d.stats.vroceConns.Add(1)
+		bytes = &d.stats.vroceBytes
+	} else {
+		d.stats.tcpConns.Add(1)
+	}
+	go func() {
+		defer d.release()
+		copyBoth(c, ours, bytes)
+	}()
+	return theirs, nil
+}
+
+// copyBoth copies each way until both ends are done, passing a half
+// close on; an error either way closes both.
+func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64) {
+	var wg sync.WaitGroup
+	var once sync.Once
+	closeBoth := func() { once.Do(func() { c.Close(); u.Close() }) }
+	half := func(dst, src net.Conn) {
+		defer wg.Done()
+		n, err := io.CopyBuffer(dst, src, make([]byte, 256<<10))
+		count.Add(uint64(n))
+		if err != nil {
+			closeBoth()
+			return
+		}
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			if cw.CloseWrite() != nil {
+				closeBoth()
+			}
+		}
+	}
+	wg.Add(2)
+	go half(c, u)
+	go half(u, c)
+	wg.Wait()
+	closeBoth()
+}
+
+func transport(c net.Conn) string {
+	if t, ok := c.(interface{ Transport() string }); ok {
+		return t.Transport()
+	}
+	return "tcp"
+}
+
+// connectSocket connects the program's socket, which may be blocking or
+// not (a flag its descriptor shares with ours: the interposer puts its
+// own back after), without holding a thread past timeout.
+func connectSocket(fd int, peer netip.AddrPort, timeout time.Duration) error {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return err
+	}
+	err := unix.Connect(fd, sockaddr(peer))
+	if err == nil {
+		return nil
+	}
+	if err != unix.EINPROGRESS && err != unix.EINTR {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return unix.ETIMEDOUT
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		n, err := unix.Poll(pfd, int(left.Milliseconds())+1)
+		if err == unix.EINTR || n == 0 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		soErr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			return err
+		}
+		if soErr != 0 {
+			return syscall.Errno(soErr)
+		}
+		return nil
+	}
+}
+
+// tcpConnOf makes a *net.TCPConn of a copy of fd.
+func tcpConnOf(fd int) (*net.TCPConn, error) {
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "program-socket")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("vroced: the socket is a %T", c)
+	}
+	return tc, nil
+}
+
+func sockaddr(a netip.AddrPort) unix.Sockaddr {
+	ip := a.Addr()
+	if ip.Is4() || ip.Is4In6() {
+		return &unix.SockaddrInet4{Port: int(a.Port()), Addr: ip.Unmap().As4()}
+	}
+	sa := &unix.SockaddrInet6{Port: int(a.Port()), Addr: ip.As16()}
+	return sa
+}
+
+func addrOf(a net.Addr) netip.AddrPort {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.AddrPort()
+	}
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap
+	}
+	return netip.AddrPort{}
+}
+
+// socketpair returns our end as a conn and the program's as a descriptor.
+func socketpair(typ int) (*net.UnixConn, int, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, -1, err
+	}
+	f := os.NewFile(uintptr(fds[0]), "bridge")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, -1, err
+	}
+	return c.(*net.UnixConn), fds[1], nil
+}
+
+// rights returns the descriptors a control message carried.
+func rights(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for _, m := range msgs {
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		for b := m.Data; len(b) >= 4; b = b[4:] {
+			fds = append(fds, int(int32(uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24)))
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// errnoOf is the errno to give the program for err.
+func errnoOf(err error) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return unix.ETIMEDOUT
+	}
+	return unix.ECONNREFUSED
+}

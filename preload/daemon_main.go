@@ -1,0 +1,52 @@
+package preload
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// DaemonMain is vroced: it parses args (without the program name), serves
+// until nobody uses it and returns the exit code.
+func DaemonMain(args []string) int {
+	flag := flag.NewFlagSet("vroced", flag.ContinueOnError)
+	name := flag.String("name", "", "the abstract control socket to serve (without @)")
+	noFallback := flag.Bool("no-fallback", false, "refuse connections to peers that do not speak vRoCE")
+	ports := flag.String("ports", "", "comma-separated ports to take over (default all)")
+	provider := flag.String("provider", "", "packet provider (default $VROCE_PROVIDER, then udp)")
+	if err := flag.Parse(args); err != nil {
+		return 2
+	}
+	if *name == "" {
+		fmt.Fprintln(os.Stderr, "vroced: --name is required (vroce-run starts vroced; run that)")
+		return 2
+	}
+	cfg := Config{Name: *name, NoFallback: *noFallback, Provider: *provider,
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	for _, p := range strings.Split(*ports, ",") {
+		if p == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "vroced: port %q: %v\n", p, err)
+			return 2
+		}
+		cfg.Ports = append(cfg.Ports, uint16(n))
+	}
+	d, err := Listen(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready") // vroce-run waits for this line
+	err = d.Serve()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vroced:", err)
+		return 1
+	}
+	return 0
+}

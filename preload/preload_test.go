@@ -1,0 +1,203 @@
+package preload
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"vroce.dev/internal/testkit/verbstest"
+	_ "vroce.dev/providers/udp"
+)
+
+// The tests run this binary as vroce-run and vroced, by the names the
+// kit directory gives it, beside an interposer built with cc.
+func TestMain(m *testing.M) {
+	switch filepath.Base(os.Args[0]) {
+	case "vroce-run":
+		os.Exit(RunMain(os.Args[1:]))
+	case "vroced":
+		os.Exit(DaemonMain(os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+var (
+	kitOnce sync.Once
+	kitDir  string
+	kitErr  error
+)
+
+// kit is a directory holding vroce-run, vroced (links to this binary)
+// and libvroce-preload.so, built from preload/c. It needs cc, and the
+// programs each test runs; CI has them all.
+func kit(t *testing.T, programs ...string) string {
+	t.Helper()
+	for _, p := range append([]string{"cc"}, programs...) {
+		if _, err := exec.LookPath(p); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("CI must run this test, but %s is missing", p)
+			}
+			t.Skipf("needs %s (CI installs it)", p)
+		}
+	}
+	kitOnce.Do(func() {
+		kitDir, kitErr = os.MkdirTemp("", "vroce-preload")
+		if kitErr != nil {
+			return
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			kitErr = err
+			return
+		}
+		for _, name := range []string{"vroce-run", "vroced"} {
+			if kitErr = os.Symlink(exe, filepath.Join(kitDir, name)); kitErr != nil {
+				return
+			}
+		}
+		out, err := exec.Command("cc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror",
+			"-o", filepath.Join(kitDir, "libvroce-preload.so"), "c/vroce-preload.c", "-ldl", "-lpthread").CombinedOutput()
+		if err != nil {
+			kitErr = fmt.Errorf("cc: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, kitErr)
+	return kitDir
+}
+
+// vroceRun is vroce-run ARGS -- PROGRAM..., its output kept.
+func vroceRun(t *testing.T, dir string, argv ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(dir, "vroce-run"), append([]string{"--"}, argv...)...)
+	cmd.Env = append(os.Environ(), "VROCE_PROVIDER=udp",
+		"VROCE_PRELOAD="+filepath.Join(dir, "libvroce-preload.so"), "VROCED="+filepath.Join(dir, "vroced"))
+	return cmd
+}
+
+// freePort is a TCP port nothing listens on now.
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// httpServer runs python3 -m http.server in dir on port, under vroce-run
+// or (plain) not, until the test ends; it returns once the port accepts.
+func httpServer(t *testing.T, kitDir, root string, port int, plain bool) {
+	argv := []string{"python3", "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1", "--directory", root}
+	var cmd *exec.Cmd
+	if plain {
+		cmd = exec.Command(argv[0], argv[1:]...)
+	} else {
+		cmd = vroceRun(t, kitDir, argv...)
+	}
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("server:\n%s", log.String())
+		}
+	})
+	verbstest.WaitFor(t, "the server listens", func() bool {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+}
+
+var reportLine = regexp.MustCompile(`vroce-run: (\d+) connections over vRoCE \((\d+) bytes\), (\d+) over TCP`)
+
+// counts reads vroce-run's report: connections and bytes over vRoCE,
+// connections over TCP.
+func counts(t *testing.T, out string) (vroce, bytes, tcp uint64) {
+	m := reportLine.FindStringSubmatch(out)
+	require.NotNil(t, m, "no report in %q", out)
+	u := func(s string) uint64 { v, _ := strconv.ParseUint(s, 10, 64); return v }
+	return u(m[1]), u(m[2]), u(m[3])
+}
+
+// curl, interposed, fetches 64 MiB from python's http.server, interposed:
+// the bytes are the file's, and they crossed vRoCE (vroced's counters).
+func TestCurlFromPythonHTTPServer(t *testing.T) {
+	dir := kit(t, "python3", "curl")
+	root := t.TempDir()
+	want := make([]byte, 64<<20)
+	verbstest.Fill(want, 42)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "big"), want, 0o644))
+	port := freePort(t)
+	httpServer(t, dir, root, port, false)
+
+	got := filepath.Join(t.TempDir(), "got")
+	out, err := vroceRun(t, dir, "curl", "-sS", "-o", got, fmt.Sprintf("http://127.0.0.1:%d/big", port)).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	body, err := os.ReadFile(got)
+	require.NoError(t, err)
+	require.Equal(t, sha256.Sum256(want), sha256.Sum256(body), "the file came back different")
+	conns, n, _ := counts(t, string(out))
+	assert.Equal(t, uint64(1), conns, "one connection over vRoCE")
+	assert.GreaterOrEqual(t, n, uint64(len(want)), "the file's bytes went over vRoCE")
+}
+
+// A peer that does not speak vRoCE keeps the program's own TCP socket:
+// the same fetch from a plain server works, over TCP.
+func TestAPlainPeerStaysOnTCP(t *testing.T) {
+	dir := kit(t, "python3", "curl")
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, "small"), []byte("hello over tcp\n"), 0o644))
+	port := freePort(t)
+	httpServer(t, dir, root, port, true)
+	out, err := vroceRun(t, dir, "curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/small", port)).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "hello over tcp")
+	conns, _, tcp := counts(t, string(out))
+	assert.Zero(t, conns)
+	assert.Equal(t, uint64(1), tcp)
+}
+
+// A closed port is refused as it would be without vroce-run: the same
+// errno, and curl's same exit code.
+func TestAClosedPortIsRefused(t *testing.T) {
+	dir := kit(t, "python3", "curl")
+	port := freePort(t)
+	out, err := vroceRun(t, dir, "python3", "-c", fmt.Sprintf("import socket; socket.create_connection(('127.0.0.1', %d))", port)).CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "Connection refused")
+
+	plain := exec.Command("curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/", port)).Run()
+	interposed := vroceRun(t, dir, "curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/", port)).Run()
+	require.Error(t, plain)
+	require.Error(t, interposed)
+	assert.Equal(t, plain.(*exec.ExitError).ExitCode(), interposed.(*exec.ExitError).ExitCode())
+}
+
+// A program the interposer cannot enter (a static binary) is named as
+// such, not reported as having sent nothing.
+func TestAStaticProgramIsSaidNotInterposed(t *testing.T) {
+	dir := kit(t, "busybox")
+	bb, _ := exec.LookPath("busybox")
+	if out, _ := exec.Command("ldd", bb).CombinedOutput(); !strings.Contains(string(out), "not a dynamic") {
+		t.Skipf("%s is dynamic here; CI's busybox-static is not", bb)
+	}
+	out, err := vroceRun(t, dir, bb, "true").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, string(out), "was not interposed")
+}
