@@ -333,8 +333,13 @@ func (d *Daemon) listen(fd int) (message, int, []byte) {
 func (d *Daemon) serveAcceptQueue(rl net.Listener, q *net.UnixConn) {
 	go func() {
 		var b [1]byte
-		q.Read(b[:]) // returns when the program closes its end
+		q.Read(b[:]) // returns when the program closes (or shuts) its end
+		// The TCP listener first, then the queue: the interposer waits
+		// for the queue to hang up before its close returns, so that a
+		// program that listens again on the port at once (iperf3 does
+		// between tests) finds it free.
 		rl.Close()
+		q.Close()
 	}()
 	defer q.Close()
 	defer rl.Close()

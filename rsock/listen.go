@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -102,7 +103,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	}
 	l := lc.newListener(network)
 	if mode == ModeCM {
-		l.st, err = openStack(lc.stackConfig(host, portStr, l.backlog))
+		l.st, err = listenerStack(lc.stackConfig(host, portStr, l.backlog))
 		if err != nil {
 			return nil, opErr(err)
 		}
@@ -137,7 +138,7 @@ func (lc *ListenConfig) Serve(ln *net.TCPListener) (net.Listener, error) {
 	if addr.IP.IsUnspecified() {
 		host = "" // every address, as Listen's ":port"
 	}
-	st, err := openStack(lc.stackConfig(host, portString(uint16(addr.Port)), l.backlog))
+	st, err := listenerStack(lc.stackConfig(host, portString(uint16(addr.Port)), l.backlog))
 	if err != nil {
 		return nil, opErr(fmt.Errorf("rsock: the device for TCP port %d: %w", addr.Port, err))
 	}
@@ -158,11 +159,32 @@ func (lc *ListenConfig) newListener(network string) *Listener {
 		queue: make(chan net.Conn, min(backlog, 4096)), done: make(chan struct{}), halfOpen: make(chan struct{}, maxHalfOpen)}
 }
 
+// listenerStack is the stack a listener on c's address serves on, with
+// a reference taken: the stack an earlier listener there left behind
+// while its streams still run (a program that closes its listener and
+// listens again at once, as iperf3 does between tests, would otherwise
+// find the UDP port taken), else a new one.
+func listenerStack(c stackConfig) (*stack, error) {
+	if c.options == nil || reflect.TypeOf(c.options).Comparable() {
+		byAddr.Lock()
+		old := byAddr.m[c.addr]
+		byAddr.Unlock()
+		if old != nil && old.cfg == c && old.ref() {
+			return old, nil
+		}
+	}
+	st, err := openStack(c)
+	if err != nil {
+		return nil, err
+	}
+	st.refs = 1
+	return st, nil
+}
+
 // start listens on the stack's connection manager and starts accepting;
 // on failure it releases the stack (the TCP listener is its opener's).
 func (l *Listener) start() error {
 	var err error
-	l.st.refs = 1
 	if l.cml, err = l.st.cm.Listen(uint16(l.addr.Port), l.backlog); err != nil {
 		l.st.unref(false)
 		return err
@@ -200,7 +222,7 @@ func (l *Listener) listenTCP(ctx context.Context, lc *ListenConfig, host, portSt
 		}
 		l.tcp = ln.(*net.TCPListener)
 		l.addr = l.tcp.Addr().(*net.TCPAddr)
-		l.st, err = openStack(lc.stackConfig(host, portString(uint16(l.addr.Port)), l.backlog))
+		l.st, err = listenerStack(lc.stackConfig(host, portString(uint16(l.addr.Port)), l.backlog))
 		if err == nil {
 			return nil
 		}

@@ -2,6 +2,7 @@ package rsock
 
 import (
 	"context"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,12 +16,14 @@ import (
 // goroutine that polls the CQ. Its streams and listener hold references;
 // the last one to go closes it.
 type stack struct {
-	dev    *vroce.Device
-	pd     *vroce.PD
-	cq     *vroce.CQ
-	srq    *vroce.SRQ
-	cm     *cm.Manager
-	onIdle func() // called once the last reference is gone
+	dev      *vroce.Device
+	pd       *vroce.PD
+	cq       *vroce.CQ
+	srq      *vroce.SRQ
+	cm       *cm.Manager
+	onIdle   func()        // called once the last reference is gone
+	cfg      stackConfig   // what opened it
+	released chan struct{} // closed when the device is
 
 	mu        sync.Mutex // guards everything below
 	streams   map[uint32]*stream
@@ -53,12 +56,14 @@ type stackConfig struct {
 }
 
 func openStack(c stackConfig) (*stack, error) {
+	awaitRelease(c.addr)
 	dev, err := vroce.Open(vroce.Config{Provider: c.provider, Addr: c.addr, ProviderOptions: c.options})
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{dev: dev, streams: map[uint32]*stream{}, target: minPosted, wcs: make([]vroce.WorkCompletion, 64)}
-	fail := func(err error) (*stack, error) { dev.Close(); return nil, err }
+	s := &stack{dev: dev, streams: map[uint32]*stream{}, target: minPosted, wcs: make([]vroce.WorkCompletion, 64),
+		cfg: c, released: make(chan struct{})}
+	fail := func(err error) (*stack, error) { dev.Close(); close(s.released); return nil, err }
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return fail(err)
 	}
@@ -82,6 +87,12 @@ func openStack(c stackConfig) (*stack, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	liveStacks.Add(1)
+	byAddr.Lock()
+	if byAddr.m == nil {
+		byAddr.m = map[string]*stack{}
+	}
+	byAddr.m[c.addr] = s
+	byAddr.Unlock()
 	s.wg.Add(2)
 	go s.poll(ctx)
 	go s.keepalive(ctx)
@@ -141,6 +152,12 @@ func (s *stack) shutdown() {
 func (s *stack) release() {
 	s.cm.Close()
 	s.dev.Close()
+	byAddr.Lock()
+	if byAddr.m[s.cfg.addr] == s {
+		delete(byAddr.m, s.cfg.addr)
+	}
+	byAddr.Unlock()
+	close(s.released)
 	if liveStacks.Add(-1) == 0 {
 		drain.mu.Lock()
 		for _, c := range drain.waiters {
@@ -148,6 +165,44 @@ func (s *stack) release() {
 		}
 		drain.waiters = nil
 		drain.mu.Unlock()
+	}
+}
+
+// byAddr holds the stacks whose device is open, by the address it was
+// opened on.
+var byAddr struct {
+	sync.Mutex
+	m map[string]*stack
+}
+
+// maxLinger bounds how long a new stack waits for a closing one on its
+// address: the two seconds shutdown gives the last DREQs, and some.
+const maxLinger = 3 * time.Second
+
+// awaitRelease waits, up to maxLinger, for a stack that is closing on
+// addr (a fixed port) to release its device: a program that closes its
+// listener and listens again on the port at once (iperf3 does between
+// tests) would otherwise find the UDP port still taken by the last
+// streams' goodbyes. A stack still in use is not waited for.
+func awaitRelease(addr string) {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" || port == "" {
+		return
+	}
+	byAddr.Lock()
+	old := byAddr.m[addr]
+	byAddr.Unlock()
+	if old == nil {
+		return
+	}
+	old.mu.Lock()
+	closing := old.closed
+	old.mu.Unlock()
+	if !closing {
+		return
+	}
+	select {
+	case <-old.released:
+	case <-time.After(maxLinger):
 	}
 }
 

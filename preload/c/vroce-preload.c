@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -523,8 +524,47 @@ static void forget(int fd) {
 			i++;
 }
 
+/* unlisten hands a listener back before it closes: the daemon closes the
+ * TCP listener, then its end of the accept queue, which this waits for
+ * (up to a second), closing whatever accepted descriptors were queued.
+ * So the port is free again when close returns. */
+static void unlisten(int fd) {
+	syscall(SYS_shutdown, fd, SHUT_WR);
+	for (int waited = 0; waited < 1000;) {
+		unsigned char b[ACCEPT_SIZE];
+		struct iovec iov = {b, sizeof b};
+		union { struct cmsghdr h; char c[CMSG_SPACE(sizeof(int))]; } u;
+		struct msghdr mh;
+		memset(&mh, 0, sizeof mh);
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		mh.msg_control = u.c;
+		mh.msg_controllen = sizeof u.c;
+		long n = syscall(SYS_recvmsg, fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (n == 0)
+			return; /* the daemon let go */
+		if (n > 0) {
+			for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+				if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+					int q;
+					memcpy(&q, CMSG_DATA(c), sizeof q);
+					syscall(SYS_close, q);
+				}
+			continue;
+		}
+		if (errno != EAGAIN && errno != EINTR)
+			return;
+		struct pollfd p = {fd, POLLIN, 0};
+		syscall(SYS_poll, &p, 1, 10);
+		waited += 10;
+	}
+}
+
 int close(int fd) {
 	need();
+	struct fdinfo *fi = info(fd);
+	if (st.enabled && fi && fi->kind == K_LISTENER)
+		unlisten(fd);
 	if (st.enabled) {
 		pthread_mutex_lock(&st.mu);
 		if (fd == st.ctl) /* a program that closes every descriptor */
