@@ -45,6 +45,7 @@
 enum kind { K_NONE, K_STREAM, K_LISTENER };
 struct fdinfo {
 	unsigned char kind;
+	pid_t owner; /* K_LISTENER: the process that listened */
 	int nodelay;
 	struct sockaddr_storage local, peer;
 	socklen_t llen, plen;
@@ -345,6 +346,9 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len) {
 
 int listen(int fd, int backlog) {
 	need();
+	struct fdinfo *li = info(fd);
+	if (st.enabled && li && li->kind == K_LISTENER)
+		return 0; /* listening already (nginx listens again to set the backlog) */
 	int rc = real_listen(fd, backlog);
 	if (rc < 0 || !st.enabled || !is_tcp(fd))
 		return rc;
@@ -373,6 +377,7 @@ int listen(int fd, int backlog) {
 		if (fi) {
 			memset(fi, 0, sizeof *fi);
 			fi->kind = K_LISTENER;
+			fi->owner = (pid_t)syscall(SYS_getpid);
 			fi->local = local;
 			fi->llen = llen;
 		}
@@ -563,7 +568,10 @@ static void unlisten(int fd) {
 int close(int fd) {
 	need();
 	struct fdinfo *fi = info(fd);
-	if (st.enabled && fi && fi->kind == K_LISTENER)
+	/* Only the process that listened hands the listener back: a forked
+	 * child closing its copy (redis's BGSAVE child does) must not take
+	 * the parent's listener away. */
+	if (st.enabled && fi && fi->kind == K_LISTENER && fi->owner == (pid_t)syscall(SYS_getpid))
 		unlisten(fd);
 	if (st.enabled) {
 		pthread_mutex_lock(&st.mu);
