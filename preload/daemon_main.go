@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // DaemonMain is vroced: it parses args (without the program name), serves
@@ -20,6 +22,9 @@ func DaemonMain(args []string) int {
 	if err := flag.Parse(args); err != nil {
 		return 2
 	}
+	// Our stderr is a pipe vroce-run copies while it runs; once it has
+	// gone, a warning must fail to be written, not end the daemon.
+	signal.Ignore(syscall.SIGPIPE)
 	if *name == "" {
 		fmt.Fprintln(os.Stderr, "vroced: --name is required (vroce-run starts vroced; run that)")
 		return 2

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -115,13 +114,7 @@ func httpServer(t *testing.T, kitDir, root string, port int, plain bool) {
 			t.Logf("server:\n%s", log.String())
 		}
 	})
-	verbstest.WaitFor(t, "the server listens", func() bool {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	waitPort(t, port)
 }
 
 var reportLine = regexp.MustCompile(`vroce-run: (\d+) connections over vRoCE \((\d+) bytes\), (\d+) over TCP`)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -72,7 +73,13 @@ func run(argv []string, noFallback bool, ports, provider string) (int, error) {
 		vroced = filepath.Join(dir, "vroced")
 	}
 	daemon := exec.Command(vroced, args...)
-	daemon.Stderr = os.Stderr
+	// vroced's warnings reach our stderr through a pipe we copy while we
+	// run: it may outlive us, and must not hold our caller's stderr open
+	// (a pipeline reading it would never end).
+	logs, err := daemon.StderrPipe()
+	if err != nil {
+		return 0, err
+	}
 	daemon.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // it may outlive us
 	out, err := daemon.StdoutPipe()
 	if err != nil {
@@ -81,6 +88,7 @@ func run(argv []string, noFallback bool, ports, provider string) (int, error) {
 	if err := daemon.Start(); err != nil {
 		return 0, fmt.Errorf("starting vroced: %w", err)
 	}
+	go io.Copy(os.Stderr, logs)
 	go daemon.Wait()
 	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
 		return 0, fmt.Errorf("vroced did not start (%q, %v)", line, err)

@@ -1,0 +1,196 @@
+package preload
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vroce.dev/internal/testkit/verbstest"
+)
+
+// background runs argv under vroce-run until the test ends (SIGTERM,
+// then its wait), its output kept and shown on failure.
+func background(t *testing.T, dir string, argv ...string) *exec.Cmd {
+	cmd := vroceRun(t, dir, argv...)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s:\n%s", argv[0], log.String())
+		}
+	})
+	return cmd
+}
+
+// waitPort waits until a TCP socket listens on port, without connecting
+// to it (a one-off server would take the probe for its client).
+func waitPort(t *testing.T, port int) {
+	verbstest.WaitFor(t, fmt.Sprintf("port %d listens", port), func() bool {
+		// local_address is HEXIP:HEXPORT; state 0A is LISTEN.
+		re := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*\d+: [0-9A-F]+:%04X [0-9A-F]+:[0-9A-F]{4} 0A `, port))
+		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+			if tab, err := os.ReadFile(f); err == nil && re.Match(tab) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// interposed runs argv under vroce-run and returns its output, failing
+// the test if it fails.
+func interposed(t *testing.T, dir string, argv ...string) string {
+	out, err := vroceRun(t, dir, argv...).CombinedOutput()
+	require.NoError(t, err, "%s: %s", strings.Join(argv, " "), out)
+	return string(out)
+}
+
+// overVRoCE checks vroce-run's report: at least conns connections over
+// vRoCE carrying bytes, none over TCP.
+func overVRoCE(t *testing.T, out string, conns uint64) {
+	t.Helper()
+	v, n, tcp := counts(t, out)
+	assert.GreaterOrEqual(t, v, conns, "connections over vRoCE in %q", out)
+	assert.NotZero(t, n, "bytes over vRoCE")
+	assert.Zero(t, tcp, "connections over TCP")
+}
+
+// iperf3 both ends interposed: one stream, four, reversed, each over
+// vRoCE, the server listening anew between tests; then a daemonized
+// server (-D) that outlives its vroce-run.
+func TestIperf3(t *testing.T) {
+	dir := kit(t, "iperf3")
+	port := freePort(t)
+	background(t, dir, "iperf3", "-s", "-p", strconv.Itoa(port))
+	waitPort(t, port)
+	for _, args := range [][]string{{}, {"-P", "4"}, {"-R"}} {
+		argv := append([]string{"iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "1"}, args...)
+		out := interposed(t, dir, argv...)
+		assert.Contains(t, out, "receiver", "iperf3 %v finished", args)
+		want := uint64(2) // control and data
+		if len(args) > 0 && args[0] == "-P" {
+			want = 5
+		}
+		overVRoCE(t, out, want)
+	}
+
+	dport := freePort(t)
+	interposed(t, dir, "iperf3", "-s", "-D", "-1", "-p", strconv.Itoa(dport))
+	waitPort(t, dport) // the daemon, its vroce-run gone
+	out := interposed(t, dir, "iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(dport), "-t", "1")
+	overVRoCE(t, out, 2)
+}
+
+// redis: the benchmark with 32 clients, pipelined; BGSAVE forks while it
+// runs; a 1 MiB value comes back byte for byte.
+func TestRedis(t *testing.T) {
+	dir := kit(t, "redis-server", "redis-benchmark", "redis-cli")
+	port := strconv.Itoa(freePort(t))
+	data := t.TempDir()
+	background(t, dir, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--dir", data)
+	p, _ := strconv.Atoi(port)
+	waitPort(t, p)
+
+	bench := vroceRun(t, dir, "redis-benchmark", "-p", port, "-t", "set,get", "-c", "32", "-P", "8", "-n", "50000", "-q")
+	var out bytes.Buffer
+	bench.Stdout, bench.Stderr = &out, &out
+	require.NoError(t, bench.Start())
+	assert.Contains(t, interposed(t, dir, "redis-cli", "-p", port, "BGSAVE"), "Background saving started")
+	require.NoError(t, bench.Wait(), "%s", out.String())
+	for _, op := range []string{"SET", "GET"} {
+		assert.Regexp(t, regexp.MustCompile(op+`: [0-9.]+ requests per second`), out.String())
+	}
+	overVRoCE(t, out.String(), 32)
+	verbstest.WaitFor(t, "the BGSAVE child wrote its dump", func() bool {
+		_, err := os.Stat(filepath.Join(data, "dump.rdb"))
+		return err == nil
+	})
+
+	value := make([]byte, 1<<20)
+	verbstest.Fill(value, 9)
+	for i := range value {
+		value[i] = 'a' + value[i]%26 // printable: redis-cli --raw prints it as it is
+	}
+	set := vroceRun(t, dir, "redis-cli", "-p", port, "-x", "SET", "big")
+	set.Stdin = bytes.NewReader(value)
+	o, err := set.CombinedOutput()
+	require.NoError(t, err, "%s", o)
+	get := vroceRun(t, dir, "redis-cli", "-p", port, "--raw", "GET", "big")
+	got, err := get.Output()
+	require.NoError(t, err)
+	require.True(t, bytes.HasPrefix(got, value) && len(bytes.TrimRight(got[len(value):], "\n")) == 0, "the 1 MiB value came back different (%d bytes)", len(got))
+}
+
+// nginx, a master and two workers on epoll with sendfile, serving a file
+// and proxying to an upstream it also serves, all interposed: wrk with
+// 100 connections, then a reload, then wrk through the proxy.
+func TestNginx(t *testing.T) {
+	dir := kit(t, "nginx", "wrk", "curl")
+	root := t.TempDir()
+	file := make([]byte, 64<<10)
+	verbstest.Fill(file, 3)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "64k"), file, 0o644))
+	front, up := freePort(t), freePort(t)
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;" // workers of root's own uid: vroced serves its own user only
+	}
+	conf := fmt.Sprintf(`%s
+worker_processes 2;
+pid %[2]s/nginx.pid;
+error_log %[2]s/error.log warn;
+events { use epoll; worker_connections 1024; }
+http {
+  access_log off;
+  sendfile on;
+  client_body_temp_path %[2]s; proxy_temp_path %[2]s; fastcgi_temp_path %[2]s; uwsgi_temp_path %[2]s; scgi_temp_path %[2]s;
+  server { listen 127.0.0.1:%[3]d; root %[2]s; location /up/ { proxy_pass http://127.0.0.1:%[4]d/; } }
+  server { listen 127.0.0.1:%[4]d; root %[2]s; }
+}
+`, user, root, front, up)
+	confPath := filepath.Join(root, "nginx.conf")
+	require.NoError(t, os.WriteFile(confPath, []byte(conf), 0o644))
+	interposed(t, dir, "nginx", "-c", confPath)
+	t.Cleanup(func() {
+		exec.Command("nginx", "-c", confPath, "-s", "stop").Run()
+		if t.Failed() {
+			log, _ := os.ReadFile(filepath.Join(root, "error.log"))
+			t.Logf("nginx error log:\n%s", log)
+		}
+	})
+	waitPort(t, front)
+
+	fetch := func(path string) {
+		got := filepath.Join(t.TempDir(), "got")
+		out := interposed(t, dir, "curl", "-sS", "-o", got, fmt.Sprintf("http://127.0.0.1:%d%s", front, path))
+		body, err := os.ReadFile(got)
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(file, body), "%s came back different", path)
+		overVRoCE(t, out, 1)
+	}
+	wrk := func(path string) {
+		out := interposed(t, dir, "wrk", "-c", "100", "-t", "2", "-d", "2s", fmt.Sprintf("http://127.0.0.1:%d%s", front, path))
+		assert.Regexp(t, `Requests/sec:\s+[1-9]`, out)
+		assert.NotContains(t, out, "Non-2xx")
+		assert.NotContains(t, out, "Socket errors")
+		overVRoCE(t, out, 100)
+	}
+	fetch("/64k")
+	wrk("/64k")
+	interposed(t, dir, "nginx", "-c", confPath, "-s", "reload")
+	fetch("/up/64k")
+	wrk("/up/64k")
+}
