@@ -24,6 +24,11 @@ type Config struct {
 	// Name is the abstract Unix socket the interposer reaches the daemon
 	// at (without the leading @).
 	Name string
+	// Mode is how connections are made: rsock.ModeSocket (default: the
+	// program's own TCP connection carries the QP exchange) or
+	// rsock.ModeCM (RDMA_CM over the vRoCE device: no TCP to a vRoCE
+	// peer at all; the program's socket connects only to one that is not).
+	Mode string
 	// NoFallback refuses a connection to a peer that does not speak vRoCE
 	// (ECONNREFUSED) instead of leaving it on TCP.
 	NoFallback bool
@@ -46,7 +51,7 @@ type Daemon struct {
 	uid int
 
 	stats struct {
-		processes, vroceConns, vroceBytes, tcpConns, tcpBytes atomic.Uint64
+		processes, vroceConns, vroceCM, vroceBytes, tcpConns, tcpBytes atomic.Uint64
 	}
 
 	// mu guards users and closed; idle is closed when users falls to
@@ -113,7 +118,7 @@ func (d *Daemon) Close() error {
 
 // Stats are the daemon's counters.
 func (d *Daemon) Stats() Stats {
-	return Stats{Processes: d.stats.processes.Load(), VRoCEConns: d.stats.vroceConns.Load(), VRoCEBytes: d.stats.vroceBytes.Load(),
+	return Stats{Processes: d.stats.processes.Load(), VRoCEConns: d.stats.vroceConns.Load(), VRoCECM: d.stats.vroceCM.Load(), VRoCEBytes: d.stats.vroceBytes.Load(),
 		TCPConns: d.stats.tcpConns.Load(), TCPBytes: d.stats.tcpBytes.Load()}
 }
 
@@ -246,6 +251,34 @@ func (d *Daemon) connect(fd int, peer netip.AddrPort) (message, int, []byte) {
 		return reply, -1, nil
 	}
 	defer unix.Close(fd)
+	if d.cfg.Mode == rsock.ModeCM && d.takes(peer.Port()) {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DialTimeout)
+		defer cancel()
+		dialer := rsock.Dialer{Mode: rsock.ModeCM, Provider: d.cfg.Provider, ProviderOptions: d.cfg.ProviderOptions, NoFallback: true}
+		conn, err := dialer.DialContext(ctx, "tcp", peer.String())
+		switch {
+		case err == nil:
+			give, err := d.bridge(conn)
+			if err != nil {
+				conn.Close()
+				return fail(err)
+			}
+			d.stats.vroceCM.Add(1)
+			reply.flags = flagSwap
+			reply.local, reply.peer = addrOf(conn.LocalAddr()), addrOf(conn.RemoteAddr())
+			return reply, give, nil
+		case d.cfg.NoFallback:
+			return fail(err)
+		}
+		// No vRoCE service answered there (refused, not vRoCE, silent):
+		// the program's own socket tries TCP, which has the last word
+		// (a closed port refuses it too).
+		if err := connectSocket(fd, peer, d.cfg.DialTimeout); err != nil {
+			return fail(err)
+		}
+		d.stats.tcpConns.Add(1)
+		return reply, -1, nil
+	}
 	if err := connectSocket(fd, peer, d.cfg.DialTimeout); err != nil {
 		return fail(err)
 	}

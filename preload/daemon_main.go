@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"vroce.dev/rsock"
 )
 
 // DaemonMain is vroced: it parses args (without the program name), serves
@@ -16,6 +18,7 @@ import (
 func DaemonMain(args []string) int {
 	flag := flag.NewFlagSet("vroced", flag.ContinueOnError)
 	name := flag.String("name", "", "the abstract control socket to serve (without @)")
+	mode := flag.String("mode", "socket", "how connections are made: socket (over the program's TCP connection) or cm (RDMA_CM, no TCP)")
 	noFallback := flag.Bool("no-fallback", false, "refuse connections to peers that do not speak vRoCE")
 	ports := flag.String("ports", "", "comma-separated ports to take over (default all)")
 	provider := flag.String("provider", "", "packet provider (default $VROCE_PROVIDER, then udp)")
@@ -29,7 +32,11 @@ func DaemonMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "vroced: --name is required (vroce-run starts vroced; run that)")
 		return 2
 	}
-	cfg := Config{Name: *name, NoFallback: *noFallback, Provider: *provider,
+	if *mode != rsock.ModeSocket && *mode != rsock.ModeCM {
+		fmt.Fprintf(os.Stderr, "vroced: --mode %q: socket or cm\n", *mode)
+		return 2
+	}
+	cfg := Config{Name: *name, Mode: *mode, NoFallback: *noFallback, Provider: *provider,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	for _, p := range strings.Split(*ports, ",") {
 		if p == "" {

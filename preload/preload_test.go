@@ -78,9 +78,14 @@ func kit(t *testing.T, programs ...string) string {
 	return kitDir
 }
 
-// vroceRun is vroce-run ARGS -- PROGRAM..., its output kept.
+// vroceRun is vroce-run -- PROGRAM..., in socket mode.
 func vroceRun(t *testing.T, dir string, argv ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(dir, "vroce-run"), append([]string{"--"}, argv...)...)
+	return vroceRunMode(t, dir, "socket", argv...)
+}
+
+// vroceRunMode is vroce-run --mode MODE -- PROGRAM....
+func vroceRunMode(t *testing.T, dir, mode string, argv ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(dir, "vroce-run"), append([]string{"--mode", mode, "--"}, argv...)...)
 	cmd.Env = append(os.Environ(), "VROCE_PROVIDER=udp",
 		"VROCE_PRELOAD="+filepath.Join(dir, "libvroce-preload.so"), "VROCED="+filepath.Join(dir, "vroced"))
 	return cmd
@@ -117,19 +122,29 @@ func httpServer(t *testing.T, kitDir, root string, port int, plain bool) {
 	waitPort(t, port)
 }
 
-var reportLine = regexp.MustCompile(`vroce-run: (\d+) connections over vRoCE \((\d+) bytes\), (\d+) over TCP`)
+var reportLine = regexp.MustCompile(`vroce-run: (\d+) connections over vRoCE \((\d+) bytes; (\d+) by RDMA_CM\), (\d+) over TCP`)
 
 // counts reads vroce-run's report: connections and bytes over vRoCE,
 // connections over TCP.
 func counts(t *testing.T, out string) (vroce, bytes, tcp uint64) {
+	vroce, bytes, _, tcp = countsCM(t, out)
+	return vroce, bytes, tcp
+}
+
+// countsCM is counts with the vRoCE connections dialled by RDMA_CM.
+func countsCM(t *testing.T, out string) (vroce, bytes, cm, tcp uint64) {
 	m := reportLine.FindStringSubmatch(out)
 	require.NotNil(t, m, "no report in %q", out)
 	u := func(s string) uint64 { v, _ := strconv.ParseUint(s, 10, 64); return v }
-	return u(m[1]), u(m[2]), u(m[3])
+	return u(m[1]), u(m[2]), u(m[3]), u(m[4])
 }
 
+// modes are the connection modes each client test runs in.
+var modes = []string{"socket", "cm"}
+
 // curl, interposed, fetches 64 MiB from python's http.server, interposed:
-// the bytes are the file's, and they crossed vRoCE (vroced's counters).
+// the bytes are the file's, and they crossed vRoCE (vroced's counters);
+// in CM mode the connection was made by RDMA_CM, with no TCP at all.
 func TestCurlFromPythonHTTPServer(t *testing.T) {
 	dir := kit(t, "python3", "curl")
 	root := t.TempDir()
@@ -139,15 +154,24 @@ func TestCurlFromPythonHTTPServer(t *testing.T) {
 	port := freePort(t)
 	httpServer(t, dir, root, port, false)
 
-	got := filepath.Join(t.TempDir(), "got")
-	out, err := vroceRun(t, dir, "curl", "-sS", "-o", got, fmt.Sprintf("http://127.0.0.1:%d/big", port)).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	body, err := os.ReadFile(got)
-	require.NoError(t, err)
-	require.Equal(t, sha256.Sum256(want), sha256.Sum256(body), "the file came back different")
-	conns, n, _ := counts(t, string(out))
-	assert.Equal(t, uint64(1), conns, "one connection over vRoCE")
-	assert.GreaterOrEqual(t, n, uint64(len(want)), "the file's bytes went over vRoCE")
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			got := filepath.Join(t.TempDir(), "got")
+			out, err := vroceRunMode(t, dir, mode, "curl", "-sS", "-o", got, fmt.Sprintf("http://127.0.0.1:%d/big", port)).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			body, err := os.ReadFile(got)
+			require.NoError(t, err)
+			require.Equal(t, sha256.Sum256(want), sha256.Sum256(body), "the file came back different")
+			conns, n, cm, _ := countsCM(t, string(out))
+			assert.Equal(t, uint64(1), conns, "one connection over vRoCE")
+			assert.GreaterOrEqual(t, n, uint64(len(want)), "the file's bytes went over vRoCE")
+			if mode == "cm" {
+				assert.Equal(t, uint64(1), cm, "made by RDMA_CM")
+			} else {
+				assert.Zero(t, cm)
+			}
+		})
+	}
 }
 
 // A peer that does not speak vRoCE keeps the program's own TCP socket:
@@ -158,12 +182,16 @@ func TestAPlainPeerStaysOnTCP(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(root, "small"), []byte("hello over tcp\n"), 0o644))
 	port := freePort(t)
 	httpServer(t, dir, root, port, true)
-	out, err := vroceRun(t, dir, "curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/small", port)).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	assert.Contains(t, string(out), "hello over tcp")
-	conns, _, tcp := counts(t, string(out))
-	assert.Zero(t, conns)
-	assert.Equal(t, uint64(1), tcp)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			out, err := vroceRunMode(t, dir, mode, "curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/small", port)).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Contains(t, string(out), "hello over tcp")
+			conns, _, tcp := counts(t, string(out))
+			assert.Zero(t, conns)
+			assert.Equal(t, uint64(1), tcp)
+		})
+	}
 }
 
 // A closed port is refused as it would be without vroce-run: the same
@@ -171,15 +199,19 @@ func TestAPlainPeerStaysOnTCP(t *testing.T) {
 func TestAClosedPortIsRefused(t *testing.T) {
 	dir := kit(t, "python3", "curl")
 	port := freePort(t)
-	out, err := vroceRun(t, dir, "python3", "-c", fmt.Sprintf("import socket; socket.create_connection(('127.0.0.1', %d))", port)).CombinedOutput()
-	require.Error(t, err)
-	assert.Contains(t, string(out), "Connection refused")
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			out, err := vroceRunMode(t, dir, mode, "python3", "-c", fmt.Sprintf("import socket; socket.create_connection(('127.0.0.1', %d))", port)).CombinedOutput()
+			require.Error(t, err)
+			assert.Contains(t, string(out), "Connection refused")
 
-	plain := exec.Command("curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/", port)).Run()
-	interposed := vroceRun(t, dir, "curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/", port)).Run()
-	require.Error(t, plain)
-	require.Error(t, interposed)
-	assert.Equal(t, plain.(*exec.ExitError).ExitCode(), interposed.(*exec.ExitError).ExitCode())
+			plain := exec.Command("curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/", port)).Run()
+			interposed := vroceRunMode(t, dir, mode, "curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/", port)).Run()
+			require.Error(t, plain)
+			require.Error(t, interposed)
+			assert.Equal(t, plain.(*exec.ExitError).ExitCode(), interposed.(*exec.ExitError).ExitCode())
+		})
+	}
 }
 
 // A program the interposer cannot enter (a static binary) is named as

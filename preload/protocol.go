@@ -27,7 +27,7 @@ const (
 	magic       = 0x31447276 // "vrD1"
 	messageSize = 64
 	addrSize    = 24
-	statsSize   = 5 * 8
+	statsSize   = 6 * 8
 	// acceptSize is an accept-queue message: uint32 flags, local, peer.
 	acceptSize = 4 + 2*addrSize
 )
@@ -159,6 +159,7 @@ func encodeAccept(flags uint32, local, peer netip.AddrPort) []byte {
 type Stats struct {
 	Processes  uint64 // interposed processes that said hello
 	VRoCEConns uint64
+	VRoCECM    uint64 // of VRoCEConns, dialled with RDMA_CM (no TCP at all)
 	VRoCEBytes uint64
 	TCPConns   uint64
 	TCPBytes   uint64 // bridged plain TCP only: a kept socket is the program's
@@ -166,7 +167,7 @@ type Stats struct {
 
 func (s Stats) encode() []byte {
 	b := make([]byte, statsSize)
-	for i, v := range []uint64{s.Processes, s.VRoCEConns, s.VRoCEBytes, s.TCPConns, s.TCPBytes} {
+	for i, v := range []uint64{s.Processes, s.VRoCEConns, s.VRoCEBytes, s.TCPConns, s.TCPBytes, s.VRoCECM} {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
 	}
 	return b
@@ -177,5 +178,5 @@ func decodeStats(b []byte) (Stats, error) {
 		return Stats{}, fmt.Errorf("%w: stats of %d bytes", errBadMessage, len(b))
 	}
 	u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
-	return Stats{Processes: u(0), VRoCEConns: u(1), VRoCEBytes: u(2), TCPConns: u(3), TCPBytes: u(4)}, nil
+	return Stats{Processes: u(0), VRoCEConns: u(1), VRoCEBytes: u(2), TCPConns: u(3), TCPBytes: u(4), VRoCECM: u(5)}, nil
 }

@@ -19,6 +19,7 @@ import (
 // returns the exit code.
 func RunMain(args []string) int {
 	flag := flag.NewFlagSet("vroce-run", flag.ContinueOnError)
+	mode := flag.String("mode", "socket", "how connections are made: socket (the program's TCP connection carries the QP exchange) or cm (RDMA_CM: no TCP to a vRoCE peer)")
 	noFallback := flag.Bool("no-fallback", false, "refuse connections to peers that do not speak vRoCE (ECONNREFUSED)")
 	ports := flag.String("ports", "", "comma-separated ports to take over (default all)")
 	provider := flag.String("provider", "", "packet provider (default $VROCE_PROVIDER, then udp)")
@@ -33,7 +34,7 @@ func RunMain(args []string) int {
 		flag.Usage()
 		return 2
 	}
-	code, err := run(flag.Args(), *noFallback, *ports, *provider)
+	code, err := run(flag.Args(), *mode, *noFallback, *ports, *provider)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vroce-run:", err)
 		return 1
@@ -41,7 +42,7 @@ func RunMain(args []string) int {
 	return code
 }
 
-func run(argv []string, noFallback bool, ports, provider string) (int, error) {
+func run(argv []string, mode string, noFallback bool, ports, provider string) (int, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, err
@@ -58,7 +59,7 @@ func run(argv []string, noFallback bool, ports, provider string) (int, error) {
 	rand.Read(rnd[:])
 	name := fmt.Sprintf("vroced-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:]))
 
-	args := []string{"--name", name}
+	args := []string{"--name", name, "--mode", mode}
 	if noFallback {
 		args = append(args, "--no-fallback")
 	}
@@ -147,6 +148,6 @@ func report(prog string, s Stats) {
 		fmt.Fprintf(os.Stderr, "vroce-run: %s was not interposed (a static or setuid binary, a Go program, or one doing I/O through io_uring): nothing went over vRoCE\n", prog)
 		return
 	}
-	fmt.Fprintf(os.Stderr, "vroce-run: %d connections over vRoCE (%d bytes), %d over TCP (%d bytes bridged), %d processes interposed\n",
-		s.VRoCEConns, s.VRoCEBytes, s.TCPConns, s.TCPBytes, s.Processes)
+	fmt.Fprintf(os.Stderr, "vroce-run: %d connections over vRoCE (%d bytes; %d by RDMA_CM), %d over TCP (%d bytes bridged), %d processes interposed\n",
+		s.VRoCEConns, s.VRoCEBytes, s.VRoCECM, s.TCPConns, s.TCPBytes, s.Processes)
 }
