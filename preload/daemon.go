@@ -450,7 +450,7 @@ func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64) {
 	closeBoth := func() { once.Do(func() { c.Close(); u.Close() }) }
 	half := func(dst, src net.Conn) {
 		defer wg.Done()
-		n, err := io.CopyBuffer(dst, src, make([]byte, 256<<10))
+		n, err := io.CopyBuffer(dst, src, make([]byte, 128<<10))
 		count.Add(uint64(n))
 		if err != nil {
 			closeBoth()
@@ -554,11 +554,26 @@ func addrOf(a net.Addr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
+// bridgeBuffer sizes a bridge's socket buffers: the default (about 200
+// KiB) holds a stream to a fraction of what it carries between hosts.
+const bridgeBuffer = 4 << 20
+
 // socketpair returns our end as a conn and the program's as a descriptor.
 func socketpair(typ int) (*net.UnixConn, int, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, -1, err
+	}
+	if typ == unix.SOCK_STREAM {
+		for _, fd := range fds {
+			for _, opt := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
+				// Forced where allowed (CAP_NET_ADMIN), else up to the
+				// system's cap.
+				if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[0], bridgeBuffer) != nil {
+					unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[1], bridgeBuffer)
+				}
+			}
+		}
 	}
 	f := os.NewFile(uintptr(fds[0]), "bridge")
 	defer f.Close()
