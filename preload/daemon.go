@@ -151,6 +151,7 @@ func (d *Daemon) serveControl(c *net.UnixConn) {
 	}
 	buf := make([]byte, messageSize+1)
 	oob := make([]byte, unix.CmsgSpace(4*2))
+	sess := &session{pending: map[uint32]*pendingConnect{}}
 	for {
 		n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
 		if err != nil || n == 0 {
@@ -166,7 +167,7 @@ func (d *Daemon) serveControl(c *net.UnixConn) {
 			d.cfg.Log.Warn("vroced: dropping a client", "err", err)
 			return
 		}
-		reply, give, extra := d.handle(m, fds)
+		reply, give, extra := d.handle(m, fds, sess)
 		if m.op == opHello {
 			continue
 		}
@@ -208,9 +209,9 @@ func (d *Daemon) checkPeer(c *net.UnixConn) error {
 
 // handle answers one request: the reply, a descriptor to pass with it
 // (-1: none) and bytes that follow the reply.
-func (d *Daemon) handle(m message, fds []int) (message, int, []byte) {
+func (d *Daemon) handle(m message, fds []int, s *session) (message, int, []byte) {
 	reply := message{op: m.op}
-	need := map[uint32]int{opHello: 0, opStats: 0, opConnect: 1, opListen: 1}[m.op]
+	need := map[uint32]int{opHello: 0, opStats: 0, opConnect: 1, opListen: 1, opResult: 0}[m.op]
 	if len(fds) != need {
 		closeAll(fds)
 		reply.errno = int32(unix.EINVAL)
@@ -222,7 +223,12 @@ func (d *Daemon) handle(m message, fds []int) (message, int, []byte) {
 	case opStats:
 		return reply, -1, d.Stats().encode()
 	case opConnect:
+		if m.flags&flagAsync != 0 {
+			return d.connectAsync(fds[0], m.peer, s)
+		}
 		return d.connect(fds[0], m.peer)
+	case opResult:
+		return d.result(m.flags, s), -1, nil
 	case opListen:
 		return d.listen(fds[0])
 	}
@@ -243,52 +249,139 @@ func (d *Daemon) takes(port uint16) bool {
 }
 
 // connect connects the program's socket fd to peer and dials vRoCE over
-// it.
+// it: a vRoCE stream comes back as a socketpair end to swap in, any other
+// peer leaves the program its socket, connected.
 func (d *Daemon) connect(fd int, peer netip.AddrPort) (message, int, []byte) {
 	reply := message{op: opConnect}
-	fail := func(err error) (message, int, []byte) {
+	defer unix.Close(fd)
+	conn, err := d.dial(fd, peer)
+	if err != nil {
 		reply.errno = int32(errnoOf(err))
 		return reply, -1, nil
 	}
-	defer unix.Close(fd)
+	if conn == nil {
+		return reply, -1, nil // connected over TCP: the program keeps its socket
+	}
+	give, err := d.bridge(conn)
+	if err != nil {
+		conn.Close()
+		reply.errno = int32(errnoOf(err))
+		return reply, -1, nil
+	}
+	reply.flags = flagSwap
+	reply.local, reply.peer = addrOf(conn.LocalAddr()), addrOf(conn.RemoteAddr())
+	return reply, give, nil
+}
+
+// session is one process's control connection: its non-blocking
+// connects in progress, by the ID the interposer holds.
+type session struct {
+	pending map[uint32]*pendingConnect
+	next    uint32
+}
+
+// pendingConnect is a non-blocking connect in progress.
+type pendingConnect struct {
+	done   chan struct{}
+	result message // errno, local, peer: set before done closes
+}
+
+// connectAsync starts connecting fd to peer for a program whose socket
+// is non-blocking, and returns at once a socketpair end for it to swap
+// in: whatever the program writes there waits in it until the
+// connection is up. The program learns the outcome (SO_ERROR) with
+// opResult. A peer that is not vRoCE is bridged too here: the program
+// holds the placeholder already.
+func (d *Daemon) connectAsync(fd int, peer netip.AddrPort, s *session) (message, int, []byte) {
+	reply := message{op: opConnect}
+	ours, theirs, err := socketpair(unix.SOCK_STREAM)
+	if err != nil || !d.acquire() {
+		if err == nil {
+			ours.Close()
+			unix.Close(theirs)
+			err = unix.ESHUTDOWN
+		}
+		unix.Close(fd)
+		reply.errno = int32(errnoOf(err))
+		return reply, -1, nil
+	}
+	p := &pendingConnect{done: make(chan struct{}), result: message{op: opResult}}
+	s.next++
+	id := s.next & 0xffffff
+	s.pending[id] = p
+	go func() {
+		defer d.release()
+		defer unix.Close(fd)
+		conn, err := d.dial(fd, peer)
+		if err == nil && conn == nil {
+			// Not vRoCE (dial counted it): the program's own TCP
+			// connection, bridged.
+			conn, err = tcpConnOf(fd)
+		}
+		if err != nil {
+			p.result.errno = int32(errnoOf(err))
+			ours.Close()
+			close(p.done)
+			return
+		}
+		p.result.local, p.result.peer = addrOf(conn.LocalAddr()), addrOf(conn.RemoteAddr())
+		counter := &d.stats.tcpBytes
+		if transport(conn) == "vroce" {
+			d.stats.vroceConns.Add(1)
+			counter = &d.stats.vroceBytes
+		}
+		close(p.done) // the outcome is known; the bridge runs on
+		copyBoth(conn, ours, counter)
+	}()
+	reply.flags = flagSwap | id<<8
+	return reply, theirs, nil
+}
+
+// result waits for a non-blocking connect's outcome.
+func (d *Daemon) result(id uint32, s *session) message {
+	p := s.pending[id]
+	if p == nil {
+		return message{op: opResult, errno: int32(unix.EINVAL)}
+	}
+	delete(s.pending, id)
+	<-p.done
+	return p.result
+}
+
+// dial connects fd to peer as the mode says and returns the vRoCE
+// stream, or nil when the peer is plain TCP and fd is connected to it.
+func (d *Daemon) dial(fd int, peer netip.AddrPort) (net.Conn, error) {
 	if d.cfg.Mode == rsock.ModeCM && d.takes(peer.Port()) {
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DialTimeout)
 		defer cancel()
 		dialer := rsock.Dialer{Mode: rsock.ModeCM, Provider: d.cfg.Provider, ProviderOptions: d.cfg.ProviderOptions, NoFallback: true}
 		conn, err := dialer.DialContext(ctx, "tcp", peer.String())
-		switch {
-		case err == nil:
-			give, err := d.bridge(conn)
-			if err != nil {
-				conn.Close()
-				return fail(err)
-			}
+		if err == nil {
 			d.stats.vroceCM.Add(1)
-			reply.flags = flagSwap
-			reply.local, reply.peer = addrOf(conn.LocalAddr()), addrOf(conn.RemoteAddr())
-			return reply, give, nil
-		case d.cfg.NoFallback:
-			return fail(err)
+			return conn, nil
+		}
+		if d.cfg.NoFallback {
+			return nil, err
 		}
 		// No vRoCE service answered there (refused, not vRoCE, silent):
 		// the program's own socket tries TCP, which has the last word
 		// (a closed port refuses it too).
 		if err := connectSocket(fd, peer, d.cfg.DialTimeout); err != nil {
-			return fail(err)
+			return nil, err
 		}
 		d.stats.tcpConns.Add(1)
-		return reply, -1, nil
+		return nil, nil
 	}
 	if err := connectSocket(fd, peer, d.cfg.DialTimeout); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	if !d.takes(peer.Port()) {
 		d.stats.tcpConns.Add(1)
-		return reply, -1, nil // connected; the program keeps it
+		return nil, nil
 	}
 	tc, err := tcpConnOf(fd)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DialTimeout)
 	defer cancel()
@@ -296,23 +389,16 @@ func (d *Daemon) connect(fd int, peer netip.AddrPort) (message, int, []byte) {
 	conn, err := dialer.DialOver(ctx, tc)
 	if err != nil {
 		if errors.Is(err, rsock.ErrNotVRoCE) {
-			return fail(unix.ECONNREFUSED)
+			return nil, unix.ECONNREFUSED
 		}
-		return fail(err)
+		return nil, err
 	}
 	if transport(conn) != "vroce" {
 		conn.Close() // our copy; the program's socket stays as it is
 		d.stats.tcpConns.Add(1)
-		return reply, -1, nil
+		return nil, nil
 	}
-	give, err := d.bridge(conn)
-	if err != nil {
-		conn.Close()
-		return fail(err)
-	}
-	reply.flags = flagSwap
-	reply.local, reply.peer = addrOf(conn.LocalAddr()), addrOf(conn.RemoteAddr())
-	return reply, give, nil
+	return conn, nil
 }
 
 // listen serves the program's listening socket fd with rsock and returns
@@ -443,30 +529,47 @@ func (d *Daemon) bridge(c net.Conn) (int, error) {
 }
 
 // copyBoth copies each way until both ends are done, passing a half
-// close on; an error either way closes both.
+// close on; an error either way closes both. count grows as bytes pass
+// (vroce-run reads it the moment the program exits). The stream side
+// keeps its ReadFrom and WriteTo (one copy each way); the counting
+// wraps the socketpair side, which has neither.
 func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64) {
 	var wg sync.WaitGroup
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { c.Close(); u.Close() }) }
-	half := func(dst, src net.Conn) {
+	half := func(copy func() error, dst net.Conn) {
 		defer wg.Done()
-		n, err := io.CopyBuffer(dst, src, make([]byte, 128<<10))
-		count.Add(uint64(n))
-		if err != nil {
+		if copy() != nil {
 			closeBoth()
 			return
 		}
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			if cw.CloseWrite() != nil {
-				closeBoth()
-			}
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok && cw.CloseWrite() != nil {
+			closeBoth()
 		}
 	}
 	wg.Add(2)
-	go half(c, u)
-	go half(u, c)
+	go half(func() error { _, err := io.Copy(c, counting{u, count}); return err }, c)
+	go half(func() error { _, err := io.Copy(counting{u, count}, c); return err }, u)
 	wg.Wait()
 	closeBoth()
+}
+
+// counting counts what is read from or written to a conn.
+type counting struct {
+	net.Conn
+	n *atomic.Uint64
+}
+
+func (c counting) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.n.Add(uint64(n))
+	return n, err
+}
+
+func (c counting) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.n.Add(uint64(n))
+	return n, err
 }
 
 func transport(c net.Conn) string {

@@ -226,3 +226,47 @@ func TestAStaticProgramIsSaidNotInterposed(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	assert.Contains(t, string(out), "was not interposed")
 }
+
+// A non-blocking connect reports EINPROGRESS, becomes writable, and
+// SO_ERROR then gives the outcome: 0 and a working stream to a vRoCE
+// service, ECONNREFUSED from a closed port; asyncio's event loop works
+// on top.
+func TestNonBlockingConnect(t *testing.T) {
+	dir := kit(t, "python3")
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, "hello"), []byte("hello, event loop\n"), 0o644))
+	port := freePort(t)
+	httpServer(t, dir, root, port, false)
+	closed := freePort(t)
+	script := fmt.Sprintf(`
+import asyncio, errno, select, socket
+def attempt(port):
+    s = socket.socket()
+    s.setblocking(False)
+    r = s.connect_ex(("127.0.0.1", port))
+    select.select([], [s], [], 10)
+    return s, errno.errorcode.get(r, r), errno.errorcode.get(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), "OK")
+s, r, e = attempt(%d)
+print("open:", r, e)
+s.setblocking(True)
+s.sendall(b"GET /hello HTTP/1.0\r\n\r\n")
+print("body:", b"hello, event loop" in s.makefile("rb").read())
+print("closed:", *attempt(%d)[1:])
+async def main():
+    reader, writer = await asyncio.open_connection("127.0.0.1", %d)
+    writer.write(b"GET /hello HTTP/1.0\r\n\r\n")
+    print("asyncio:", b"hello, event loop" in await reader.read())
+asyncio.run(main())
+`, port, closed, port)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			out := interposedMode(t, dir, mode, "python3", "-c", script)
+			assert.Contains(t, out, "open: EINPROGRESS OK")
+			assert.Contains(t, out, "body: True")
+			assert.Contains(t, out, "closed: EINPROGRESS ECONNREFUSED")
+			assert.Contains(t, out, "asyncio: True")
+			conns, _, _ := counts(t, out)
+			assert.Equal(t, uint64(2), conns, "both streams over vRoCE")
+		})
+	}
+}

@@ -53,7 +53,12 @@ func waitPort(t *testing.T, port int) {
 // interposed runs argv under vroce-run and returns its output, failing
 // the test if it fails.
 func interposed(t *testing.T, dir string, argv ...string) string {
-	out, err := vroceRun(t, dir, argv...).CombinedOutput()
+	return interposedMode(t, dir, "socket", argv...)
+}
+
+// interposedMode is interposed in connection mode mode.
+func interposedMode(t *testing.T, dir, mode string, argv ...string) string {
+	out, err := vroceRunMode(t, dir, mode, argv...).CombinedOutput()
 	require.NoError(t, err, "%s: %s", strings.Join(argv, " "), out)
 	return string(out)
 }
@@ -76,15 +81,17 @@ func TestIperf3(t *testing.T) {
 	port := freePort(t)
 	background(t, dir, "iperf3", "-s", "-p", strconv.Itoa(port))
 	waitPort(t, port)
-	for _, args := range [][]string{{}, {"-P", "4"}, {"-R"}} {
-		argv := append([]string{"iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "1"}, args...)
-		out := interposed(t, dir, argv...)
-		assert.Contains(t, out, "receiver", "iperf3 %v finished", args)
-		want := uint64(2) // control and data
-		if len(args) > 0 && args[0] == "-P" {
-			want = 5
+	for _, mode := range modes {
+		for _, args := range [][]string{{}, {"-P", "4"}, {"-R"}} {
+			argv := append([]string{"iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "1"}, args...)
+			out := interposedMode(t, dir, mode, argv...)
+			assert.Contains(t, out, "receiver", "iperf3 %v finished", args)
+			want := uint64(2) // control and data
+			if len(args) > 0 && args[0] == "-P" {
+				want = 5
+			}
+			overVRoCE(t, out, want)
 		}
-		overVRoCE(t, out, want)
 	}
 
 	dport := freePort(t)
@@ -118,6 +125,9 @@ func TestRedis(t *testing.T) {
 		_, err := os.Stat(filepath.Join(data, "dump.rdb"))
 		return err == nil
 	})
+	cm := interposedMode(t, dir, "cm", "redis-benchmark", "-p", port, "-t", "set,get", "-c", "32", "-P", "8", "-n", "20000", "-q")
+	assert.Regexp(t, `GET: [0-9.]+ requests per second`, cm)
+	overVRoCE(t, cm, 32)
 
 	value := make([]byte, 1<<20)
 	verbstest.Fill(value, 9)
@@ -181,16 +191,20 @@ http {
 		require.True(t, bytes.Equal(file, body), "%s came back different", path)
 		overVRoCE(t, out, 1)
 	}
-	wrk := func(path string) {
-		out := interposed(t, dir, "wrk", "-c", "100", "-t", "2", "-d", "2s", fmt.Sprintf("http://127.0.0.1:%d%s", front, path))
+	wrk := func(mode, path string, args ...string) {
+		argv := append([]string{"wrk", "-c", "100", "-t", "2", "-d", "2s"}, args...)
+		out := interposedMode(t, dir, mode, append(argv, fmt.Sprintf("http://127.0.0.1:%d%s", front, path))...)
 		assert.Regexp(t, `Requests/sec:\s+[1-9]`, out)
 		assert.NotContains(t, out, "Non-2xx")
 		assert.NotContains(t, out, "Socket errors")
 		overVRoCE(t, out, 100)
 	}
 	fetch("/64k")
-	wrk("/64k")
+	for _, mode := range modes {
+		wrk(mode, "/64k")
+		wrk(mode, "/64k", "-H", "Connection: close") // a connection a request
+	}
 	interposed(t, dir, "nginx", "-c", confPath, "-s", "reload")
 	fetch("/up/64k")
-	wrk("/up/64k")
+	wrk("socket", "/up/64k")
 }

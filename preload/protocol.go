@@ -38,6 +38,9 @@ const (
 	opConnect = 2 // peer: where to; one descriptor: the socket
 	opListen  = 3 // one descriptor: the listening socket
 	opStats   = 4 // reply: the counters
+	// opResult asks how a non-blocking connect ended (flags: its ID);
+	// the reply comes when it has: errno, local, peer.
+	opResult = 5
 )
 
 // Flags of a reply, and of an accept-queue message.
@@ -45,6 +48,9 @@ const (
 	// flagSwap: a descriptor comes with the reply (a socketpair end to
 	// put in place of the program's; for listen, the accept queue).
 	flagSwap = 1
+	// flagAsync, on a connect: the socket is non-blocking; reply at once
+	// with a placeholder to swap in and the connect's ID in flags>>8.
+	flagAsync = 2
 )
 
 // errBadMessage is wrapped by every error of a malformed control message.
@@ -79,7 +85,7 @@ func decodeRequest(b []byte) (message, error) {
 		return m, err
 	}
 	switch m.op {
-	case opHello, opListen, opStats:
+	case opHello, opListen, opStats, opResult:
 	case opConnect:
 		if !m.peer.IsValid() || m.peer.Port() == 0 {
 			return m, fmt.Errorf("%w: connect to %v", errBadMessage, m.peer)

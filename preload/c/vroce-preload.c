@@ -38,13 +38,16 @@
 #define OP_HELLO 1
 #define OP_CONNECT 2
 #define OP_LISTEN 3
+#define OP_RESULT 5
 #define FLAG_SWAP 1
+#define FLAG_ASYNC 2
 #define MAX_FDS 65536
 
 /* What the interposer knows of a descriptor it swapped. */
-enum kind { K_NONE, K_STREAM, K_LISTENER };
+enum kind { K_NONE, K_STREAM, K_LISTENER, K_PENDING };
 struct fdinfo {
 	unsigned char kind;
+	uint32_t id; /* K_PENDING: the connect's ID at the daemon */
 	pid_t owner; /* K_LISTENER: the process that listened */
 	int nodelay;
 	struct sockaddr_storage local, peer;
@@ -297,15 +300,67 @@ __attribute__((constructor)) static void init(void) {
 	pthread_mutex_unlock(&st.mu);
 }
 
+/* settle waits for the outcome of the non-blocking connect fd is waiting
+ * for and returns its errno (0: connected); fd is then a stream (whose
+ * placeholder the daemon closed if it failed). Called with st.mu held. */
+static int settle(int fd, struct fdinfo *fi) {
+	unsigned char m[MSG_SIZE], r[MSG_SIZE];
+	memset(m, 0, sizeof m);
+	put32(m, MAGIC);
+	put32(m + 4, OP_RESULT);
+	put32(m + 12, fi->id);
+	int nfd, err;
+	if (request(m, -1, r, &nfd) < 0)
+		err = ECONNABORTED; /* the daemon is gone, and the bridge with it */
+	else
+		err = (int)get32(r + 8);
+	if (nfd >= 0)
+		syscall(SYS_close, nfd);
+	(void)fd;
+	fi->kind = K_STREAM;
+	fi->llen = fi->plen = 0;
+	if (err == 0 && r[16] | r[17]) {
+		fi->llen = get_addr(r + 16, &fi->local);
+		fi->plen = get_addr(r + 40, &fi->peer);
+	}
+	return err;
+}
+
+/* settled is settle for the interposed calls that need the outcome:
+ * 0 for a descriptor with no connect pending. */
+static int settled(int fd) {
+	struct fdinfo *fi = info(fd);
+	if (fi == NULL || fi->kind != K_PENDING)
+		return 0;
+	pthread_mutex_lock(&st.mu);
+	int err = fi->kind == K_PENDING ? settle(fd, fi) : 0;
+	pthread_mutex_unlock(&st.mu);
+	return err;
+}
+
 int connect(int fd, const struct sockaddr *sa, socklen_t len) {
 	need();
+	struct fdinfo *ci = info(fd);
+	if (st.enabled && ci && ci->kind == K_PENDING) {
+		/* Asked again while in progress: the outcome, as the kernel
+		 * would give it once known. */
+		int err = settled(fd);
+		errno = err ? err : EISCONN;
+		return -1;
+	}
+	if (st.enabled && ci && ci->kind == K_STREAM) {
+		errno = EISCONN;
+		return -1;
+	}
 	if (!st.enabled || sa == NULL || (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) || !is_tcp(fd))
 		return real_connect(fd, sa, len);
 	int flflags = fcntl(fd, F_GETFL), fdflags = fcntl(fd, F_GETFD);
+	int async = (flflags & O_NONBLOCK) != 0;
 	unsigned char m[MSG_SIZE], r[MSG_SIZE];
 	memset(m, 0, sizeof m);
 	put32(m, MAGIC);
 	put32(m + 4, OP_CONNECT);
+	put32(m + 12, async ? FLAG_ASYNC : 0);
 	put_addr(m + 40, sa);
 	pthread_mutex_lock(&st.mu);
 	int nfd;
@@ -339,6 +394,16 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len) {
 		fi->kind = K_STREAM;
 		fi->llen = get_addr(r + 16, &fi->local);
 		fi->plen = get_addr(r + 40, &fi->peer);
+		if (async) {
+			/* A placeholder, bridged once the connection is up: the
+			 * program waits for it to be writable and asks SO_ERROR,
+			 * as after any non-blocking connect. */
+			fi->kind = K_PENDING;
+			fi->id = get32(r + 12) >> 8;
+			pthread_mutex_unlock(&st.mu);
+			errno = EINPROGRESS;
+			return -1;
+		}
 	}
 	pthread_mutex_unlock(&st.mu);
 	return rc < 0 ? -1 : 0;
@@ -452,6 +517,7 @@ static int give_addr(const struct sockaddr_storage *ss, socklen_t have, struct s
 
 int getsockname(int fd, struct sockaddr *addr, socklen_t *len) {
 	need();
+	settled(fd);
 	struct fdinfo *fi = info(fd);
 	if (fi && fi->kind != K_NONE && fi->llen)
 		return give_addr(&fi->local, fi->llen, addr, len);
@@ -460,15 +526,27 @@ int getsockname(int fd, struct sockaddr *addr, socklen_t *len) {
 
 int getpeername(int fd, struct sockaddr *addr, socklen_t *len) {
 	need();
+	settled(fd);
 	struct fdinfo *fi = info(fd);
 	if (fi && fi->kind == K_STREAM && fi->plen)
 		return give_addr(&fi->peer, fi->plen, addr, len);
+	if (fi && fi->kind == K_STREAM) {
+		errno = ENOTCONN; /* a connect that failed */
+		return -1;
+	}
 	return real_getpeername(fd, addr, len);
 }
 
 int getsockopt(int fd, int level, int name, void *val, socklen_t *len) {
 	need();
 	struct fdinfo *fi = info(fd);
+	if (fi && fi->kind == K_PENDING && level == SOL_SOCKET && name == SO_ERROR && val && len && *len >= sizeof(int)) {
+		int err = settled(fd);
+		memcpy(val, &err, sizeof err);
+		*len = sizeof err;
+		return 0;
+	}
+	settled(fd);
 	if (fi == NULL || fi->kind == K_NONE || val == NULL || len == NULL)
 		return real_getsockopt(fd, level, name, val, len);
 	int v = -1;
