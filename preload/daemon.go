@@ -51,8 +51,13 @@ type Daemon struct {
 	uid int
 
 	stats struct {
-		processes, vroceConns, vroceCM, vroceBytes, tcpConns, tcpBytes atomic.Uint64
+		processes, vroceConns, vroceCM, vroceBytes, tcpConns, tcpBytes, resets atomic.Uint64
 	}
+
+	// streams are the live vRoCE bridges by ID, for the socket options a
+	// program sets or asks of them (SO_LINGER 0, TCP_INFO).
+	streams sync.Map // uint32 -> *bridged
+	nextID  atomic.Uint32
 
 	// mu guards users and closed; idle is closed when users falls to
 	// zero after it was above it (the daemon then has nobody to serve).
@@ -118,7 +123,7 @@ func (d *Daemon) Close() error {
 
 // Stats are the daemon's counters.
 func (d *Daemon) Stats() Stats {
-	return Stats{Processes: d.stats.processes.Load(), VRoCEConns: d.stats.vroceConns.Load(), VRoCECM: d.stats.vroceCM.Load(), VRoCEBytes: d.stats.vroceBytes.Load(),
+	return Stats{Processes: d.stats.processes.Load(), VRoCEConns: d.stats.vroceConns.Load(), VRoCECM: d.stats.vroceCM.Load(), Resets: d.stats.resets.Load(), VRoCEBytes: d.stats.vroceBytes.Load(),
 		TCPConns: d.stats.tcpConns.Load(), TCPBytes: d.stats.tcpBytes.Load()}
 }
 
@@ -211,7 +216,7 @@ func (d *Daemon) checkPeer(c *net.UnixConn) error {
 // (-1: none) and bytes that follow the reply.
 func (d *Daemon) handle(m message, fds []int, s *session) (message, int, []byte) {
 	reply := message{op: m.op}
-	need := map[uint32]int{opHello: 0, opStats: 0, opConnect: 1, opListen: 1, opResult: 0}[m.op]
+	need := map[uint32]int{opConnect: 1, opListen: 1}[m.op]
 	if len(fds) != need {
 		closeAll(fds)
 		reply.errno = int32(unix.EINVAL)
@@ -229,6 +234,25 @@ func (d *Daemon) handle(m message, fds []int, s *session) (message, int, []byte)
 		return d.connect(fds[0], m.peer)
 	case opResult:
 		return d.result(m.flags, s), -1, nil
+	case opLinger0:
+		b, ok := d.streams.Load(m.flags)
+		if !ok {
+			reply.errno = int32(unix.ENOTCONN)
+			return reply, -1, nil
+		}
+		b.(*bridged).setLinger0()
+	case opInfo:
+		b, ok := d.streams.Load(m.flags)
+		if !ok {
+			reply.errno = int32(unix.ENOTCONN)
+			return reply, -1, nil
+		}
+		c, ok := b.(*bridged).conn.(interface{ Info() rsock.Info })
+		if !ok {
+			reply.errno = int32(unix.EOPNOTSUPP)
+			return reply, -1, nil
+		}
+		return reply, -1, encodeInfo(c.Info())
 	case opListen:
 		return d.listen(fds[0])
 	}
@@ -262,13 +286,13 @@ func (d *Daemon) connect(fd int, peer netip.AddrPort) (message, int, []byte) {
 	if conn == nil {
 		return reply, -1, nil // connected over TCP: the program keeps its socket
 	}
-	give, err := d.bridge(conn)
+	give, id, err := d.bridge(conn)
 	if err != nil {
 		conn.Close()
 		reply.errno = int32(errnoOf(err))
 		return reply, -1, nil
 	}
-	reply.flags = flagSwap
+	reply.flags = flagSwap | id<<8
 	reply.local, reply.peer = addrOf(conn.LocalAddr()), addrOf(conn.RemoteAddr())
 	return reply, give, nil
 }
@@ -277,8 +301,11 @@ func (d *Daemon) connect(fd int, peer netip.AddrPort) (message, int, []byte) {
 // connects in progress, by the ID the interposer holds.
 type session struct {
 	pending map[uint32]*pendingConnect
-	next    uint32
 }
+
+// newID names a bridge (or a connect that will become one): 24 bits, as
+// they travel in a reply's flags.
+func (d *Daemon) newID() uint32 { return d.nextID.Add(1) & 0xffffff }
 
 // pendingConnect is a non-blocking connect in progress.
 type pendingConnect struct {
@@ -306,8 +333,7 @@ func (d *Daemon) connectAsync(fd int, peer netip.AddrPort, s *session) (message,
 		return reply, -1, nil
 	}
 	p := &pendingConnect{done: make(chan struct{}), result: message{op: opResult}}
-	s.next++
-	id := s.next & 0xffffff
+	id := d.newID()
 	s.pending[id] = p
 	go func() {
 		defer d.release()
@@ -325,13 +351,15 @@ func (d *Daemon) connectAsync(fd int, peer netip.AddrPort, s *session) (message,
 			return
 		}
 		p.result.local, p.result.peer = addrOf(conn.LocalAddr()), addrOf(conn.RemoteAddr())
-		counter := &d.stats.tcpBytes
+		b := &bridged{conn: conn, count: &d.stats.tcpBytes, resets: &d.stats.resets}
 		if transport(conn) == "vroce" {
 			d.stats.vroceConns.Add(1)
-			counter = &d.stats.vroceBytes
+			b.count = &d.stats.vroceBytes
+			d.streams.Store(id, b)
+			defer d.streams.Delete(id)
 		}
 		close(p.done) // the outcome is known; the bridge runs on
-		copyBoth(conn, ours, counter)
+		b.run(ours)
 	}()
 	reply.flags = flagSwap | id<<8
 	return reply, theirs, nil
@@ -493,39 +521,66 @@ func (d *Daemon) pass(c net.Conn, q *net.UnixConn) error {
 		c.Close()
 		return sendErr
 	}
-	give, err := d.bridge(c)
+	give, id, err := d.bridge(c)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(give)
-	_, _, err = q.WriteMsgUnix(encodeAccept(flagSwap, local, peer), unix.UnixRights(give), nil)
+	_, _, err = q.WriteMsgUnix(encodeAccept(flagSwap|id<<8, local, peer), unix.UnixRights(give), nil)
 	return err
 }
 
 // bridge copies between c and one end of a new socketpair and returns
-// the other end for the program.
-func (d *Daemon) bridge(c net.Conn) (int, error) {
+// the other end for the program, and the bridge's ID.
+func (d *Daemon) bridge(c net.Conn) (int, uint32, error) {
 	ours, theirs, err := socketpair(unix.SOCK_STREAM)
 	if err != nil {
-		return -1, err
+		return -1, 0, err
 	}
 	if !d.acquire() {
 		ours.Close()
 		unix.Close(theirs)
-		return -1, unix.ESHUTDOWN
+		return -1, 0, unix.ESHUTDOWN
 	}
-	bytes := &d.stats.tcpBytes
+	id := d.newID()
+	b := &bridged{conn: c, count: &d.stats.tcpBytes, resets: &d.stats.resets}
 	if transport(c) == "vroce" {
 		d.stats.vroceConns.Add(1)
-		bytes = &d.stats.vroceBytes
+		b.count = &d.stats.vroceBytes
+		d.streams.Store(id, b)
 	} else {
 		d.stats.tcpConns.Add(1)
 	}
 	go func() {
 		defer d.release()
-		copyBoth(c, ours, bytes)
+		defer d.streams.Delete(id)
+		b.run(ours)
 	}()
-	return theirs, nil
+	return theirs, id, nil
+}
+
+// bridged is a connection bridged to a program's socketpair end.
+type bridged struct {
+	conn  net.Conn
+	count *atomic.Uint64
+	// reset: the program set SO_LINGER 0, so its close resets the
+	// stream instead of finishing it.
+	reset atomic.Bool
+	// resets counts streams the peer reset. The program sees the end
+	// of its socketpair as EOF: a socketpair cannot carry a reset.
+	resets *atomic.Uint64
+}
+
+func (b *bridged) run(u *net.UnixConn) {
+	copyBoth(b.conn, u, b.count, &b.reset, func() { b.resets.Add(1) })
+}
+
+// setLinger0 makes the program's close reset the stream.
+func (b *bridged) setLinger0() {
+	b.reset.Store(true)
+	if l, ok := b.conn.(interface{ SetLinger(int) error }); ok {
+		l.SetLinger(0)
+	}
 }
 
 // copyBoth copies each way until both ends are done, passing a half
@@ -533,7 +588,7 @@ func (d *Daemon) bridge(c net.Conn) (int, error) {
 // (vroce-run reads it the moment the program exits). The stream side
 // keeps its ReadFrom and WriteTo (one copy each way); the counting
 // wraps the socketpair side, which has neither.
-func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64) {
+func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64, reset *atomic.Bool, peerReset func()) {
 	var wg sync.WaitGroup
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { c.Close(); u.Close() }) }
@@ -548,8 +603,20 @@ func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64) {
 		}
 	}
 	wg.Add(2)
-	go half(func() error { _, err := io.Copy(c, counting{u, count}); return err }, c)
-	go half(func() error { _, err := io.Copy(counting{u, count}, c); return err }, u)
+	go half(func() error {
+		_, err := io.Copy(c, counting{u, count})
+		if err == nil && reset.Load() {
+			closeBoth() // the program closed with SO_LINGER 0: a reset, not a FIN
+		}
+		return err
+	}, c)
+	go half(func() error {
+		_, err := io.Copy(counting{u, count}, c)
+		if errors.Is(err, syscall.ECONNRESET) {
+			peerReset()
+		}
+		return err
+	}, u)
 	wg.Wait()
 	closeBoth()
 }

@@ -122,7 +122,7 @@ func httpServer(t *testing.T, kitDir, root string, port int, plain bool) {
 	waitPort(t, port)
 }
 
-var reportLine = regexp.MustCompile(`vroce-run: (\d+) connections over vRoCE \((\d+) bytes; (\d+) by RDMA_CM\), (\d+) over TCP`)
+var reportLine = regexp.MustCompile(`vroce-run: (\d+) connections over vRoCE \((\d+) bytes; (\d+) by RDMA_CM; \d+ reset by the peer\), (\d+) over TCP`)
 
 // counts reads vroce-run's report: connections and bytes over vRoCE,
 // connections over TCP.

@@ -208,3 +208,60 @@ http {
 	fetch("/up/64k")
 	wrk("socket", "/up/64k")
 }
+
+// TCP_INFO on a stream answers from the stream's own transport, and
+// SO_LINGER 0 makes the program's close a reset the peer sees as one.
+func TestSocketOptions(t *testing.T) {
+	dir := kit(t, "python3")
+	port := freePort(t)
+	server := fmt.Sprintf(`
+import socket
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", %d))
+l.listen()
+print("listening", flush=True)
+for _ in range(2):
+    c, _ = l.accept()
+    try:
+        while c.recv(65536):
+            c.sendall(b"x")
+        print("eof", flush=True)
+    except ConnectionResetError:
+        print("reset", flush=True)
+    c.close()
+`, port)
+	srv := vroceRun(t, dir, "python3", "-c", server)
+	var out lockedBuffer
+	srv.Stdout, srv.Stderr = &out, &out
+	require.NoError(t, srv.Start())
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	waitPort(t, port)
+
+	client := fmt.Sprintf(`
+import socket, struct
+def conn():
+    s = socket.create_connection(("127.0.0.1", %d))
+    for _ in range(50):
+        s.sendall(b"ping" * 100)
+        s.recv(1)
+    return s
+s = conn()
+info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+state, rtt, mss = info[0], struct.unpack_from("I", info, 68)[0], struct.unpack_from("I", info, 20)[0]
+print("state", state, "rtt>0", rtt > 0, "mss>0", mss > 0, flush=True)
+s.close()
+s = conn()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+s.close()
+`, port)
+	res := interposed(t, dir, "python3", "-c", client)
+	assert.Contains(t, res, "state 1 rtt>0 True mss>0 True", "TCP_INFO: ESTABLISHED, the stream's RTT and MSS")
+	overVRoCE(t, res, 2)
+	// The server sees both ends as EOF (a socketpair cannot carry a
+	// reset), but its vroced saw the second stream reset.
+	verbstest.WaitFor(t, "the server saw both ends", func() bool { return strings.Count(out.String(), "\n") >= 3 })
+	require.NoError(t, srv.Wait(), "the server ends after its two connections")
+	assert.True(t, strings.HasPrefix(out.String(), "listening\neof\neof\n"), out.String())
+	assert.Contains(t, out.String(), "1 reset by the peer", "SO_LINGER 0 reset the stream")
+}

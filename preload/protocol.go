@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 
+	"vroce.dev/rsock"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -27,7 +29,7 @@ const (
 	magic       = 0x31447276 // "vrD1"
 	messageSize = 64
 	addrSize    = 24
-	statsSize   = 6 * 8
+	statsSize   = 7 * 8
 	// acceptSize is an accept-queue message: uint32 flags, local, peer.
 	acceptSize = 4 + 2*addrSize
 )
@@ -41,6 +43,12 @@ const (
 	// opResult asks how a non-blocking connect ended (flags: its ID);
 	// the reply comes when it has: errno, local, peer.
 	opResult = 5
+	// opLinger0 (flags: a stream's ID): the program set SO_LINGER 0;
+	// its close resets the stream.
+	opLinger0 = 6
+	// opInfo (flags: a stream's ID): the reply is followed by infoSize
+	// bytes of the stream's transport state, for TCP_INFO.
+	opInfo = 7
 )
 
 // Flags of a reply, and of an accept-queue message.
@@ -85,7 +93,7 @@ func decodeRequest(b []byte) (message, error) {
 		return m, err
 	}
 	switch m.op {
-	case opHello, opListen, opStats, opResult:
+	case opHello, opListen, opStats, opResult, opLinger0, opInfo:
 	case opConnect:
 		if !m.peer.IsValid() || m.peer.Port() == 0 {
 			return m, fmt.Errorf("%w: connect to %v", errBadMessage, m.peer)
@@ -169,13 +177,30 @@ type Stats struct {
 	VRoCEBytes uint64
 	TCPConns   uint64
 	TCPBytes   uint64 // bridged plain TCP only: a kept socket is the program's
+	Resets     uint64 // streams their peer reset (the program sees EOF)
 }
 
 func (s Stats) encode() []byte {
 	b := make([]byte, statsSize)
-	for i, v := range []uint64{s.Processes, s.VRoCEConns, s.VRoCEBytes, s.TCPConns, s.TCPBytes, s.VRoCECM} {
+	for i, v := range []uint64{s.Processes, s.VRoCEConns, s.VRoCEBytes, s.TCPConns, s.TCPBytes, s.VRoCECM, s.Resets} {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
 	}
+	return b
+}
+
+// infoSize is a stream's transport state after an opInfo reply: uint32
+// RTT and minimum RTT in microseconds, retransmissions, timeouts,
+// congestion window (packets) and path MTU; uint64 packets sent and
+// received.
+const infoSize = 6*4 + 2*8
+
+func encodeInfo(i rsock.Info) []byte {
+	b := make([]byte, infoSize)
+	for k, v := range []uint32{uint32(i.RTT.Microseconds()), uint32(i.MinRTT.Microseconds()), uint32(i.Retransmits), uint32(i.Timeouts), uint32(i.CWnd), uint32(i.MTU)} {
+		binary.LittleEndian.PutUint32(b[4*k:], v)
+	}
+	binary.LittleEndian.PutUint64(b[24:], i.TxPackets)
+	binary.LittleEndian.PutUint64(b[32:], i.RxPackets)
 	return b
 }
 
@@ -184,5 +209,5 @@ func decodeStats(b []byte) (Stats, error) {
 		return Stats{}, fmt.Errorf("%w: stats of %d bytes", errBadMessage, len(b))
 	}
 	u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
-	return Stats{Processes: u(0), VRoCEConns: u(1), VRoCEBytes: u(2), TCPConns: u(3), TCPBytes: u(4), VRoCECM: u(5)}, nil
+	return Stats{Processes: u(0), VRoCEConns: u(1), VRoCEBytes: u(2), TCPConns: u(3), TCPBytes: u(4), VRoCECM: u(5), Resets: u(6)}, nil
 }

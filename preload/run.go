@@ -148,6 +148,6 @@ func report(prog string, s Stats) {
 		fmt.Fprintf(os.Stderr, "vroce-run: %s was not interposed (a static or setuid binary, a Go program, or one doing I/O through io_uring): nothing went over vRoCE\n", prog)
 		return
 	}
-	fmt.Fprintf(os.Stderr, "vroce-run: %d connections over vRoCE (%d bytes; %d by RDMA_CM), %d over TCP (%d bytes bridged), %d processes interposed\n",
-		s.VRoCEConns, s.VRoCEBytes, s.VRoCECM, s.TCPConns, s.TCPBytes, s.Processes)
+	fmt.Fprintf(os.Stderr, "vroce-run: %d connections over vRoCE (%d bytes; %d by RDMA_CM; %d reset by the peer), %d over TCP (%d bytes bridged), %d processes interposed\n",
+		s.VRoCEConns, s.VRoCEBytes, s.VRoCECM, s.Resets, s.TCPConns, s.TCPBytes, s.Processes)
 }

@@ -117,3 +117,23 @@ func (c *TCPConn) Close() error {
 	c.mu.Unlock()
 	return c.TCPConn.Close()
 }
+
+// Info is a stream's transport state, what a program asks a TCP socket
+// with TCP_INFO (vroce-run's interposer answers it from here).
+type Info struct {
+	RTT         time.Duration // smoothed round-trip time
+	MinRTT      time.Duration // the base round-trip time
+	Retransmits uint64        // packets sent again
+	Timeouts    uint64        // retransmission timer expiries
+	CWnd        int           // congestion window, packets
+	MTU         int           // path MTU: the payload of a packet
+	TxPackets   uint64
+	RxPackets   uint64
+}
+
+// Info returns the stream's transport state now.
+func (c *Conn) Info() Info {
+	q := c.s.qp.Stats()
+	return Info{RTT: q.SRTT, MinRTT: q.MinRTT, Retransmits: q.Retransmits, Timeouts: q.Timeouts, CWnd: q.CWnd,
+		MTU: int(c.s.qp.Attr().PathMTU), TxPackets: q.TxPackets, RxPackets: q.RxPackets}
+}

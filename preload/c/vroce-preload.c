@@ -39,6 +39,9 @@
 #define OP_CONNECT 2
 #define OP_LISTEN 3
 #define OP_RESULT 5
+#define OP_LINGER0 6
+#define OP_INFO 7
+#define INFO_SIZE (6 * 4 + 2 * 8)
 #define FLAG_SWAP 1
 #define FLAG_ASYNC 2
 #define MAX_FDS 65536
@@ -188,9 +191,10 @@ static int control(void) {
 	return s;
 }
 
-/* One request and its reply, with at most one descriptor each way.
- * Returns the reply length, or -1 when the daemon is unreachable. */
-static int request(unsigned char *m, int give, unsigned char *reply, int *got) {
+/* One request and its reply of rlen bytes, with at most one descriptor
+ * each way. Returns the reply length, or -1 when the daemon is
+ * unreachable. */
+static int request_n(unsigned char *m, int give, unsigned char *reply, size_t rlen, int *got) {
 	*got = -1;
 	int s = control();
 	if (s < 0)
@@ -217,7 +221,7 @@ static int request(unsigned char *m, int give, unsigned char *reply, int *got) {
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		goto gone;
-	struct iovec riov = {reply, MSG_SIZE};
+	struct iovec riov = {reply, rlen};
 	memset(&mh, 0, sizeof mh);
 	memset(&u, 0, sizeof u);
 	mh.msg_iov = &riov;
@@ -232,7 +236,7 @@ static int request(unsigned char *m, int give, unsigned char *reply, int *got) {
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
 			memcpy(got, CMSG_DATA(c), sizeof(int));
-	if (n != MSG_SIZE || get32(reply) != MAGIC || get32(reply + 4) != get32(m + 4)) {
+	if ((size_t)n != rlen || get32(reply) != MAGIC || get32(reply + 4) != get32(m + 4)) {
 		if (*got >= 0)
 			syscall(SYS_close, *got);
 		*got = -1;
@@ -243,6 +247,32 @@ gone:
 	syscall(SYS_close, s);
 	st.ctl = -1;
 	return -1;
+}
+
+static int request(unsigned char *m, int give, unsigned char *reply, int *got) {
+	return request_n(m, give, reply, MSG_SIZE, got);
+}
+
+/* stream_op asks the daemon something of the stream with ID id; the
+ * reply's extra bytes go to extra. Returns its errno. */
+static int stream_op(uint32_t op, uint32_t id, unsigned char *extra, size_t nextra) {
+	unsigned char m[MSG_SIZE], r[MSG_SIZE + INFO_SIZE];
+	memset(m, 0, sizeof m);
+	put32(m, MAGIC);
+	put32(m + 4, op);
+	put32(m + 12, id);
+	int nfd;
+	pthread_mutex_lock(&st.mu);
+	int n = request_n(m, -1, r, MSG_SIZE + nextra, &nfd);
+	pthread_mutex_unlock(&st.mu);
+	if (nfd >= 0)
+		syscall(SYS_close, nfd);
+	if (n < 0)
+		return ENOTCONN;
+	int err = (int)get32(r + 8);
+	if (err == 0 && extra)
+		memcpy(extra, r + MSG_SIZE, nextra);
+	return err;
 }
 
 /* A TCP socket of the internet families, which the daemon may take. */
@@ -392,6 +422,7 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len) {
 	if (rc >= 0 && fi) {
 		memset(fi, 0, sizeof *fi);
 		fi->kind = K_STREAM;
+		fi->id = get32(r + 12) >> 8;
 		fi->llen = get_addr(r + 16, &fi->local);
 		fi->plen = get_addr(r + 40, &fi->peer);
 		if (async) {
@@ -399,7 +430,6 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len) {
 			 * program waits for it to be writable and asks SO_ERROR,
 			 * as after any non-blocking connect. */
 			fi->kind = K_PENDING;
-			fi->id = get32(r + 12) >> 8;
 			pthread_mutex_unlock(&st.mu);
 			errno = EINPROGRESS;
 			return -1;
@@ -489,6 +519,7 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
 		memset(ni, 0, sizeof *ni);
 		if (get32(b) & FLAG_SWAP) {
 			ni->kind = K_STREAM;
+			ni->id = get32(b) >> 8;
 			ni->local = local, ni->llen = llen;
 			ni->peer = peer, ni->plen = plen;
 		}
@@ -559,9 +590,23 @@ int getsockopt(int fd, int level, int name, void *val, socklen_t *len) {
 	else if (level == IPPROTO_TCP && name == TCP_NODELAY)
 		v = fi->nodelay;
 	else if (level == IPPROTO_TCP && name == TCP_INFO) {
+		/* The stream's own transport, in TCP's terms. */
 		struct tcp_info ti;
 		memset(&ti, 0, sizeof ti);
 		ti.tcpi_state = TCP_ESTABLISHED;
+		unsigned char in[INFO_SIZE];
+		if (stream_op(OP_INFO, fi->id, in, sizeof in) == 0) {
+			uint64_t tx, rx;
+			ti.tcpi_rtt = get32(in);
+			ti.tcpi_rttvar = get32(in) / 2;
+			ti.tcpi_total_retrans = get32(in + 8);
+			ti.tcpi_retransmits = (uint8_t)get32(in + 12);
+			ti.tcpi_snd_cwnd = get32(in + 16);
+			ti.tcpi_snd_mss = ti.tcpi_rcv_mss = ti.tcpi_pmtu = get32(in + 20);
+			memcpy(&tx, in + 24, 8);
+			memcpy(&rx, in + 32, 8);
+			(void)tx, (void)rx;
+		}
 		socklen_t l = *len < sizeof ti ? *len : sizeof ti;
 		memcpy(val, &ti, l);
 		*len = l;
@@ -589,6 +634,12 @@ int setsockopt(int fd, int level, int name, const void *val, socklen_t len) {
 		if (name == TCP_NODELAY && val && len >= sizeof(int))
 			memcpy(&fi->nodelay, val, sizeof(int));
 		return 0; /* the stream has no Nagle and its own timers */
+	}
+	if (level == SOL_SOCKET && name == SO_LINGER && val && len >= sizeof(struct linger)) {
+		struct linger l;
+		memcpy(&l, val, sizeof l);
+		if (l.l_onoff && l.l_linger == 0 && fi->kind == K_STREAM)
+			stream_op(OP_LINGER0, fi->id, NULL, 0); /* close resets the stream */
 	}
 	int rc = real_setsockopt(fd, level, name, val, len);
 	if (rc < 0 && (errno == ENOPROTOOPT || errno == EOPNOTSUPP))
