@@ -4,7 +4,7 @@ CC        ?= cc
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test vet lint fmt-check demo bench bench-page bench-targets bench-programs bench-scale bench-afxdp interop fuzz clean
+.PHONY: all build test vet lint fmt-check demo bench bench-page bench-targets bench-plugin bench-programs bench-scale bench-afxdp interop fuzz clean
 
 all: build
 
@@ -106,6 +106,12 @@ bench-page: build
 RUNS ?= 3
 bench-targets: build
 	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -targets -runs $(RUNS)
+
+# A provider out of process (issue 22): write_bw, stream_bw and send_lat
+# over plugin:udp against the udp provider in process, between two
+# namespaces over veth at MTU 1500 and 9000, RUNS times (root, ip).
+bench-plugin: build
+	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -plugin -runs $(RUNS)
 
 # Unmodified programs through two rsock-proxys against the same chain of
 # proxies over kernel TCP: redis-benchmark SET and GET, iperf3, nginx + wrk

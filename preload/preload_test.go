@@ -1,7 +1,6 @@
 package preload
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"net"
@@ -103,22 +102,11 @@ func freePort(t *testing.T) int {
 // or (plain) not, until the test ends; it returns once the port accepts.
 func httpServer(t *testing.T, kitDir, root string, port int, plain bool) {
 	argv := []string{"python3", "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1", "--directory", root}
-	var cmd *exec.Cmd
 	if plain {
-		cmd = exec.Command(argv[0], argv[1:]...)
+		start(t, exec.Command(argv[0], argv[1:]...))
 	} else {
-		cmd = vroceRun(t, kitDir, argv...)
+		start(t, vroceRun(t, kitDir, argv...))
 	}
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("server:\n%s", log.String())
-		}
-	})
 	waitPort(t, port)
 }
 

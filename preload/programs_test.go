@@ -21,15 +21,20 @@ import (
 // background runs argv under vroce-run until the test ends (SIGTERM,
 // then its wait), its output kept and shown on failure.
 func background(t *testing.T, dir string, argv ...string) *exec.Cmd {
-	cmd := vroceRun(t, dir, argv...)
-	var log bytes.Buffer
+	return start(t, vroceRun(t, dir, argv...))
+}
+
+// start starts cmd until the test ends (SIGTERM, then its wait), its
+// output kept and shown on failure.
+func start(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
+	var log lockedBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		if t.Failed() {
-			t.Logf("%s:\n%s", argv[0], log.String())
+			t.Logf("%s:\n%s", cmd.Path, log.String())
 		}
 	})
 	return cmd

@@ -22,6 +22,8 @@ type link struct {
 	loss int          // percent of UDP 4791 each namespace drops on the way out (nftables)
 	port int          // the next control port
 	pair *nspair.Pair // the namespaces: server in A, client in B; nil on loopback
+	// provider, when set, is both ends' --provider (the plugin rows).
+	provider string
 }
 
 // loopbackLink is the secondary view: one process, loopback.
@@ -70,13 +72,17 @@ func (l *link) run(perf string, test string, args []string) ([]point, error) {
 	}
 	l.port++
 	port := fmt.Sprint(l.port)
-	server := nspair.Command(l.pair.A, perf, test, "--port", port, "--json")
+	var prov []string
+	if l.provider != "" {
+		prov = []string{"--provider", l.provider}
+	}
+	server := nspair.Command(l.pair.A, perf, append([]string{test, "--port", port, "--json"}, prov...)...)
 	server.Stdout, server.Stderr = nil, os.Stderr
 	if err := server.Start(); err != nil {
 		return nil, err
 	}
 	defer server.Wait()
-	client := append([]string{test, "--port", port, "--compare", "tcp", "--json"}, args...)
+	client := append(append([]string{test, "--port", port, "--compare", "tcp", "--json"}, prov...), args...)
 	client = append(client, l.pair.AddrA)
 	for try := 0; ; try++ {
 		pts, err := runTool(nspair.Command(l.pair.B, perf, client...))

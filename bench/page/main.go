@@ -71,6 +71,7 @@ func main() {
 	runs := flag.Int("runs", 3, "runs per point; the one with the median ratio is kept")
 	targetsOnly := flag.Bool("targets", false, "measure the targets instead of writing the page")
 	loopbackOnly := flag.Bool("loopback-only", false, "measure on loopback alone (no root needed)")
+	pluginOnly := flag.Bool("plugin", false, "measure plugin:udp against the udp provider in process instead of writing the page")
 	flag.Parse()
 	var links []*link
 	if !*loopbackOnly {
@@ -87,6 +88,13 @@ func main() {
 			defer l.close()
 			links = append(links, l)
 		}
+	}
+	if *pluginOnly {
+		if err := runPlugin(os.Stdout, *perf, *runs, links); err != nil {
+			fmt.Fprintln(os.Stderr, "page:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	if *targetsOnly {
 		if err := runTargets(os.Stdout, *perf, *runs, links); err != nil {

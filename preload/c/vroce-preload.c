@@ -722,9 +722,9 @@ static void copy_info(int from, int to) {
 		memset(b, 0, sizeof *b);
 }
 
-int dup2(int from, int to) {
-	need();
-	int rc = real_dup2(from, to);
+/* duped carries what is known of from over to to, which a dup2 or dup3
+ * has just replaced. */
+static int duped(int rc, int from, int to) {
 	if (rc >= 0 && st.enabled && from != to) {
 		pthread_mutex_lock(&st.mu);
 		if (to == st.ctl)
@@ -736,18 +736,14 @@ int dup2(int from, int to) {
 	return rc;
 }
 
+int dup2(int from, int to) {
+	need();
+	return duped(real_dup2(from, to), from, to);
+}
+
 int dup3(int from, int to, int flags) {
 	need();
-	int rc = real_dup3(from, to, flags);
-	if (rc >= 0 && st.enabled) {
-		pthread_mutex_lock(&st.mu);
-		if (to == st.ctl)
-			st.ctl = -1;
-		forget(to);
-		copy_info(from, to);
-		pthread_mutex_unlock(&st.mu);
-	}
-	return rc;
+	return duped(real_dup3(from, to, flags), from, to);
 }
 
 int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
