@@ -58,6 +58,9 @@ type Daemon struct {
 	// program sets or asks of them (SO_LINGER 0, TCP_INFO).
 	streams sync.Map // uint32 -> *bridged
 	nextID  atomic.Uint32
+	// countMu makes a bridge's end (its bytes moving from live to
+	// counted) one step for Stats.
+	countMu sync.Mutex
 
 	// mu guards users and closed; idle is closed when users falls to
 	// zero after it was above it (the daemon then has nobody to serve).
@@ -121,9 +124,17 @@ func (d *Daemon) Close() error {
 	return d.ln.Close()
 }
 
-// Stats are the daemon's counters.
+// Stats are the daemon's counters: vRoCE bytes are those of the bridges
+// that ended and what the live ones have carried so far.
 func (d *Daemon) Stats() Stats {
-	return Stats{Processes: d.stats.processes.Load(), VRoCEConns: d.stats.vroceConns.Load(), VRoCECM: d.stats.vroceCM.Load(), Resets: d.stats.resets.Load(), VRoCEBytes: d.stats.vroceBytes.Load(),
+	d.countMu.Lock()
+	defer d.countMu.Unlock()
+	var live uint64
+	d.streams.Range(func(_, b any) bool {
+		live += b.(*bridged).liveBytes()
+		return true
+	})
+	return Stats{Processes: d.stats.processes.Load(), VRoCEConns: d.stats.vroceConns.Load(), VRoCECM: d.stats.vroceCM.Load(), Resets: d.stats.resets.Load(), VRoCEBytes: d.stats.vroceBytes.Load() + live,
 		TCPConns: d.stats.tcpConns.Load(), TCPBytes: d.stats.tcpBytes.Load()}
 }
 
@@ -351,12 +362,11 @@ func (d *Daemon) connectAsync(fd int, peer netip.AddrPort, s *session) (message,
 			return
 		}
 		p.result.local, p.result.peer = addrOf(conn.LocalAddr()), addrOf(conn.RemoteAddr())
-		b := &bridged{conn: conn, count: &d.stats.tcpBytes, resets: &d.stats.resets}
+		b := &bridged{d: d, id: id, conn: conn, count: &d.stats.tcpBytes, resets: &d.stats.resets}
 		if transport(conn) == "vroce" {
 			d.stats.vroceConns.Add(1)
 			b.count = &d.stats.vroceBytes
-			d.streams.Store(id, b)
-			defer d.streams.Delete(id)
+			d.streams.Store(id, b) // run deletes it
 		}
 		close(p.done) // the outcome is known; the bridge runs on
 		b.run(ours)
@@ -543,7 +553,7 @@ func (d *Daemon) bridge(c net.Conn) (int, uint32, error) {
 		return -1, 0, unix.ESHUTDOWN
 	}
 	id := d.newID()
-	b := &bridged{conn: c, count: &d.stats.tcpBytes, resets: &d.stats.resets}
+	b := &bridged{d: d, id: id, conn: c, count: &d.stats.tcpBytes, resets: &d.stats.resets}
 	if transport(c) == "vroce" {
 		d.stats.vroceConns.Add(1)
 		b.count = &d.stats.vroceBytes
@@ -553,14 +563,15 @@ func (d *Daemon) bridge(c net.Conn) (int, uint32, error) {
 	}
 	go func() {
 		defer d.release()
-		defer d.streams.Delete(id)
-		b.run(ours)
+		b.run(ours) // deletes b from streams
 	}()
 	return theirs, id, nil
 }
 
 // bridged is a connection bridged to a program's socketpair end.
 type bridged struct {
+	d     *Daemon
+	id    uint32
 	conn  net.Conn
 	count *atomic.Uint64
 	// reset: the program set SO_LINGER 0, so its close resets the
@@ -572,7 +583,26 @@ type bridged struct {
 }
 
 func (b *bridged) run(u *net.UnixConn) {
-	copyBoth(b.conn, u, b.count, &b.reset, func() { b.resets.Add(1) })
+	info, ok := b.conn.(interface{ Info() rsock.Info })
+	if !ok {
+		copyBoth(b.conn, u, b.count, &b.reset, func() { b.resets.Add(1) })
+		return
+	}
+	copyBoth(b.conn, u, nil, &b.reset, func() { b.resets.Add(1) })
+	i := info.Info()
+	b.d.countMu.Lock() // Stats sees these bytes live or counted, once
+	b.d.streams.Delete(b.id)
+	b.count.Add(i.BytesIn + i.BytesOut)
+	b.d.countMu.Unlock()
+}
+
+// liveBytes is what a live vRoCE bridge has carried so far.
+func (b *bridged) liveBytes() uint64 {
+	if info, ok := b.conn.(interface{ Info() rsock.Info }); ok {
+		i := info.Info()
+		return i.BytesIn + i.BytesOut
+	}
+	return 0
 }
 
 // setLinger0 makes the program's close reset the stream.
@@ -584,14 +614,19 @@ func (b *bridged) setLinger0() {
 }
 
 // copyBoth copies each way until both ends are done, passing a half
-// close on; an error either way closes both. count grows as bytes pass
-// (vroce-run reads it the moment the program exits). The stream side
-// keeps its ReadFrom and WriteTo (one copy each way); the counting
-// wraps the socketpair side, which has neither.
+// close on; an error either way closes both. A vRoCE stream keeps its
+// ReadFrom and WriteTo (one copy each way, and writev to the socketpair)
+// and counts its own bytes (rsock.Conn.Info); anything else is counted
+// here, into count, as bytes pass.
 func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64, reset *atomic.Bool, peerReset func()) {
 	var wg sync.WaitGroup
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { c.Close(); u.Close() }) }
+	var from io.Reader = u
+	var to io.Writer = u
+	if count != nil {
+		from, to = counting{u, count}, counting{u, count}
+	}
 	half := func(copy func() error, dst net.Conn) {
 		defer wg.Done()
 		if copy() != nil {
@@ -604,14 +639,14 @@ func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64, reset *atomic.B
 	}
 	wg.Add(2)
 	go half(func() error {
-		_, err := io.Copy(c, counting{u, count})
+		_, err := io.Copy(c, from)
 		if err == nil && reset.Load() {
 			closeBoth() // the program closed with SO_LINGER 0: a reset, not a FIN
 		}
 		return err
 	}, c)
 	go half(func() error {
-		_, err := io.Copy(counting{u, count}, c)
+		_, err := io.Copy(to, c)
 		if errors.Is(err, syscall.ECONNRESET) {
 			peerReset()
 		}

@@ -129,11 +129,16 @@ type Info struct {
 	MTU         int           // path MTU: the payload of a packet
 	TxPackets   uint64
 	RxPackets   uint64
+	BytesIn     uint64 // what the application has read
+	BytesOut    uint64 // what it has written
 }
 
 // Info returns the stream's transport state now.
 func (c *Conn) Info() Info {
 	q := c.s.qp.Stats()
+	c.s.mu.Lock()
+	in, out := c.s.bytesIn, c.s.bytesOut
+	c.s.mu.Unlock()
 	return Info{RTT: q.SRTT, MinRTT: q.MinRTT, Retransmits: q.Retransmits, Timeouts: q.Timeouts, CWnd: q.CWnd,
-		MTU: int(c.s.qp.Attr().PathMTU), TxPackets: q.TxPackets, RxPackets: q.RxPackets}
+		MTU: int(c.s.qp.Attr().PathMTU), TxPackets: q.TxPackets, RxPackets: q.RxPackets, BytesIn: in, BytesOut: out}
 }

@@ -60,6 +60,7 @@ func (s *stream) CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error) {
 		total += written
 
 		s.mu.Lock()
+		s.bytesIn += uint64(written)
 		for i := range n {
 			s.consumedLocked(&taken[i])
 		}
@@ -120,6 +121,7 @@ func (s *stream) CopyFrom(r io.Reader, cancel <-chan struct{}) (int64, error) {
 					s.st.putBuf(s.pending)
 				}
 				b.n, s.pending, b = n, b, nil
+				s.bytesOut += uint64(n)
 				s.sendPendingLocked()
 			} else {
 				// A Write filled the pending buffer meanwhile: ours

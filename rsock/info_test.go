@@ -22,4 +22,6 @@ func TestInfoReportsTheTransport(t *testing.T) {
 	assert.Positive(t, info.MTU)
 	assert.Positive(t, info.TxPackets)
 	assert.Positive(t, info.RxPackets, "ACKs came back")
+	assert.Equal(t, uint64(1<<20), info.BytesOut)
+	assert.Equal(t, uint64(1<<20), info.BytesIn)
 }

@@ -101,6 +101,9 @@ type stream struct {
 	// the keepalive check last saw each count change.
 	rxCount, txCount uint64
 	seen             activity
+	// bytesIn and bytesOut count what the application has read and
+	// written, for Info.
+	bytesIn, bytesOut uint64
 	// Lifecycle: the connection's state (streamstate.go), why it failed,
 	// and whether the application still holds the stream.
 	state  streamState
@@ -203,6 +206,7 @@ func (s *stream) readLocked(p []byte) int {
 		s.rq.Pop()
 	}
 	s.grantDueLocked()
+	s.bytesIn += uint64(n)
 	return n
 }
 
@@ -286,6 +290,7 @@ func (s *stream) writeLocked(p []byte, cancel <-chan struct{}) (int, error) {
 			k := copy(s.pending.data[s.pending.n:limit], p[n:])
 			s.pending.n += k
 			n += k
+			s.bytesOut += uint64(k)
 		}
 		s.sendPendingLocked()
 		if n == len(p) {
