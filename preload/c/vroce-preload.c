@@ -191,6 +191,28 @@ static int control(void) {
 	return s;
 }
 
+/* recv_fd receives one message of at most len bytes and the descriptor
+ * it carries into *got (-1: none). Returns recvmsg's result. */
+static long recv_fd(int s, void *buf, size_t len, int flags, int *got) {
+	struct iovec iov = {buf, len};
+	union { struct cmsghdr h; char c[CMSG_SPACE(sizeof(int))]; } u;
+	struct msghdr mh;
+	memset(&mh, 0, sizeof mh);
+	memset(&u, 0, sizeof u);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = u.c;
+	mh.msg_controllen = sizeof u.c;
+	*got = -1;
+	long n = syscall(SYS_recvmsg, s, &mh, flags);
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(got, CMSG_DATA(c), sizeof(int));
+	return n;
+}
+
 /* One request and its reply of rlen bytes, with at most one descriptor
  * each way. Returns the reply length, or -1 when the daemon is
  * unreachable. */
@@ -221,21 +243,11 @@ static int request_n(unsigned char *m, int give, unsigned char *reply, size_t rl
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		goto gone;
-	struct iovec riov = {reply, rlen};
-	memset(&mh, 0, sizeof mh);
-	memset(&u, 0, sizeof u);
-	mh.msg_iov = &riov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = u.b;
-	mh.msg_controllen = sizeof u.b;
 	do
-		n = syscall(SYS_recvmsg, s, &mh, MSG_CMSG_CLOEXEC);
+		n = recv_fd(s, reply, rlen, MSG_CMSG_CLOEXEC, got);
 	while (n < 0 && errno == EINTR);
 	if (n <= 0)
 		goto gone;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(got, CMSG_DATA(c), sizeof(int));
 	if ((size_t)n != rlen || get32(reply) != MAGIC || get32(reply + 4) != get32(m + 4)) {
 		if (*got >= 0)
 			syscall(SYS_close, *got);
@@ -487,22 +499,10 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
 	if (!st.enabled || fi == NULL || fi->kind != K_LISTENER)
 		return real_accept4(fd, addr, len, flags);
 	unsigned char b[ACCEPT_SIZE];
-	struct iovec iov = {b, sizeof b};
-	union { struct cmsghdr h; char c[CMSG_SPACE(sizeof(int))]; } u;
-	struct msghdr mh;
-	memset(&mh, 0, sizeof mh);
-	memset(&u, 0, sizeof u);
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = u.c;
-	mh.msg_controllen = sizeof u.c;
-	long n = syscall(SYS_recvmsg, fd, &mh, flags & SOCK_CLOEXEC ? MSG_CMSG_CLOEXEC : 0);
+	int nfd;
+	long n = recv_fd(fd, b, sizeof b, flags & SOCK_CLOEXEC ? MSG_CMSG_CLOEXEC : 0, &nfd);
 	if (n < 0)
 		return -1; /* EAGAIN on a non-blocking listener, EINTR, ... */
-	int nfd = -1;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&nfd, CMSG_DATA(c), sizeof(int));
 	if (n != ACCEPT_SIZE || nfd < 0) {
 		if (nfd >= 0)
 			syscall(SYS_close, nfd);
@@ -666,24 +666,13 @@ static void unlisten(int fd) {
 	syscall(SYS_shutdown, fd, SHUT_WR);
 	for (int waited = 0; waited < 1000;) {
 		unsigned char b[ACCEPT_SIZE];
-		struct iovec iov = {b, sizeof b};
-		union { struct cmsghdr h; char c[CMSG_SPACE(sizeof(int))]; } u;
-		struct msghdr mh;
-		memset(&mh, 0, sizeof mh);
-		mh.msg_iov = &iov;
-		mh.msg_iovlen = 1;
-		mh.msg_control = u.c;
-		mh.msg_controllen = sizeof u.c;
-		long n = syscall(SYS_recvmsg, fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		int q;
+		long n = recv_fd(fd, b, sizeof b, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, &q);
 		if (n == 0)
 			return; /* the daemon let go */
 		if (n > 0) {
-			for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-				if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-					int q;
-					memcpy(&q, CMSG_DATA(c), sizeof q);
-					syscall(SYS_close, q);
-				}
+			if (q >= 0)
+				syscall(SYS_close, q); /* accepted, never to be */
 			continue;
 		}
 		if (errno != EAGAIN && errno != EINTR)
