@@ -49,6 +49,9 @@ type point struct {
 	Version    string  `json:"version,omitempty"` // quic-perf: quic-go's
 	Link       string  `json:"link,omitempty"`    // where it ran (link.name)
 	Loss       int     `json:"loss_pct,omitempty"`
+	// Via is the provider both ends of the run used when it was not the
+	// default (plugin:udp): its TCP figure is that run's.
+	Via string `json:"via,omitempty"`
 }
 
 // The tools a point may come from.
@@ -128,6 +131,12 @@ func main() {
 				run(l, test, s, 3000)
 			}
 		}
+		// The same link through a provider out of process (issue 22).
+		l.provider = pluginProvider
+		run(l, "write_bw", 64<<10, 2048)
+		run(l, "stream_bw", 64<<10, 2048)
+		run(l, "send_lat", 64, 3000)
+		l.provider = ""
 	}
 	for _, test := range []string{"write_bw", "stream_bw"} {
 		for _, s := range []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20} {
@@ -155,7 +164,7 @@ func measure(l *link, perf string, runs int, test string, args []string) ([][]po
 			return nil, err
 		}
 		for i := range pts {
-			pts[i].Tool, pts[i].Link, pts[i].Loss = vrocePerf, l.name, l.loss
+			pts[i].Tool, pts[i].Link, pts[i].Loss, pts[i].Via = vrocePerf, l.name, l.loss, l.provider
 		}
 		pairs = append(pairs, pts)
 	}
@@ -405,6 +414,9 @@ func page(all []point) string {
 		time.Now().UTC().Format("2006-01-02"), runtime.Version(), runtime.NumCPU(), strings.TrimSpace(string(kernel)))
 	b.WriteString("**The benchmark of record runs between two processes in two network namespaces joined by a veth pair**, at MTU 1500 and 9000: server in one namespace, client in the other, kernel TCP over the same veth in the same run. One process on loopback, with its 32 KiB packets, comes last as a secondary view.\n\n")
 	vp, qp := byTool(all, vrocePerf), byTool(all, quicPerf)
+	inProcess := func(p point) bool { return p.Via == "" }
+	plugged := slices.DeleteFunc(slices.Clone(vp), inProcess)
+	vp = slices.DeleteFunc(vp, func(p point) bool { return !inProcess(p) })
 	if len(qp) > 0 {
 		fmt.Fprintf(&b, "On loopback the stream workloads also ran over one stream of quic-go %s, the other user-space transport over UDP, with `quic-perf` (bench/quic): the same client and server, both in one process, and a kernel TCP run of its own beside each; the quic-go / TCP ratio is against that run's TCP figure.\n\n", qp[0].Version)
 	}
@@ -419,6 +431,7 @@ func page(all []point) string {
 		}
 		fmt.Fprintf(&b, "# %s\n\n", linkTitle(name))
 		tables(&b, lv, lq)
+		pluginTable(&b, lv, on(plugged))
 	}
 	b.WriteString("Raw results: `results.json`.\n")
 	return b.String()

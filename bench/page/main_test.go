@@ -14,11 +14,16 @@ func TestPageAndPlots(t *testing.T) {
 		{Test: "write_bw", Provider: "tcp", Bytes: 65536, BWAvg: 150},
 		{Test: "send_lat", Provider: "udp", Bytes: 64, LatTypical: 30},
 		{Test: "send_lat", Provider: "tcp", Bytes: 64, LatTypical: 10},
+		{Test: "write_bw", Provider: pluginProvider, Bytes: 65536, BWAvg: 150, Via: pluginProvider},
+		{Test: "write_bw", Provider: "tcp", Bytes: 65536, BWAvg: 100, Via: pluginProvider},
 	}
 	for i := range all {
 		all[i].Tool = vrocePerf
 	}
 	p := page(all)
+	if want := "| write_bw | 65536 | 300.0 MiB/s | 150.0 MiB/s | 0.50x | 1.50x |\n"; !strings.Contains(p, want) {
+		t.Errorf("the page lacks the plugin row %q:\n%s", want, p)
+	}
 	for _, want := range []string{"| 1024 | 100.0 | 200.0 | 0.50x | 2.00 | 1.00 |\n", "| 65536 | 300.0 | 150.0 | 2.00x | - | - |\n", "| 64 | 30.0 | 10.0 | 3.00x |\n"} {
 		if !strings.Contains(p, want) {
 			t.Errorf("the page lacks %q:\n%s", want, p)

@@ -3,7 +3,41 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 )
+
+// pluginProvider is the provider out of process the page measures.
+const pluginProvider = "plugin:udp"
+
+// pluginTable writes, for one link, each workload over the provider out
+// of process beside the same workload in process (vp, from the page's
+// own runs) and kernel TCP in the plugin's run.
+func pluginTable(b *strings.Builder, vp, plugged []point) {
+	if len(plugged) == 0 {
+		return
+	}
+	b.WriteString("## The same through a provider out of process (`plugin:udp`)\n\n")
+	row(b, "workload", "bytes", "in process", "plugin:udp", "plugin / in process", "plugin / TCP")
+	row(b, "---", "---", "---", "---", "---", "---")
+	for _, test := range []string{"write_bw", "stream_bw", "send_lat"} {
+		pv, pk := byProvider(plugged, test)
+		v, _ := byProvider(vp, test)
+		for i := range min(len(pv), len(pk)) {
+			j := slices.IndexFunc(v, func(p point) bool { return p.Bytes == pv[i].Bytes })
+			if j < 0 {
+				continue
+			}
+			unit, vs := " MiB/s", fmt.Sprintf("%.2fx", pv[i].figure()/v[j].figure())
+			if isLatency(test) {
+				unit, vs = " µs", fmt.Sprintf("%+.1f µs", pv[i].figure()-v[j].figure())
+			}
+			row(b, test, fmt.Sprint(pv[i].Bytes), fmt.Sprintf("%.1f%s", v[j].figure(), unit), fmt.Sprintf("%.1f%s", pv[i].figure(), unit),
+				vs, fmt.Sprintf("%.2fx", pv[i].figure()/pk[i].figure()))
+		}
+	}
+	b.WriteString("\n")
+}
 
 // pluginTests are issue 22's workloads for a provider out of process.
 var pluginTests = []struct {
@@ -24,7 +58,7 @@ func runPlugin(w io.Writer, perf string, runs int, links []*link) error {
 		for _, t := range pluginTests {
 			for r := range max(runs, 1) {
 				var got [2]float64
-				for i, prov := range []string{"udp", "plugin:udp"} {
+				for i, prov := range []string{"udp", pluginProvider} {
 					l.provider = prov
 					pts, err := l.run(perf, t.test, t.args)
 					l.provider = ""
