@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -35,6 +36,8 @@ type Config struct {
 	// Ports, when not empty, are the only remote ports (connect) and local
 	// ports (listen) taken over; others stay plain TCP.
 	Ports []uint16
+	// Rules decide further, the first that matches an address (see Rule).
+	Rules []Rule
 	// Provider and ProviderOptions choose the vRoCE devices (rsock's).
 	Provider        string
 	ProviderOptions any
@@ -270,17 +273,14 @@ func (d *Daemon) handle(m message, fds []int, s *session) (message, int, []byte)
 	return reply, -1, nil
 }
 
-// takes says whether port is one the daemon takes over.
-func (d *Daemon) takes(port uint16) bool {
-	if len(d.cfg.Ports) == 0 {
-		return true
+// takes says whether connections to (connect) or on (listen) a are
+// the daemon's to carry over vRoCE: its port among Ports when those are
+// given, and the rules' say.
+func (d *Daemon) takes(a netip.AddrPort) bool {
+	if len(d.cfg.Ports) > 0 && !slices.Contains(d.cfg.Ports, a.Port()) {
+		return false
 	}
-	for _, p := range d.cfg.Ports {
-		if p == port {
-			return true
-		}
-	}
-	return false
+	return decide(d.cfg.Rules, a)
 }
 
 // connect connects the program's socket fd to peer and dials vRoCE over
@@ -389,7 +389,7 @@ func (d *Daemon) result(id uint32, s *session) message {
 // dial connects fd to peer as the mode says and returns the vRoCE
 // stream, or nil when the peer is plain TCP and fd is connected to it.
 func (d *Daemon) dial(fd int, peer netip.AddrPort) (net.Conn, error) {
-	if d.cfg.Mode == rsock.ModeCM && d.takes(peer.Port()) {
+	if d.cfg.Mode == rsock.ModeCM && d.takes(peer) {
 		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DialTimeout)
 		defer cancel()
 		dialer := rsock.Dialer{Mode: rsock.ModeCM, Provider: d.cfg.Provider, ProviderOptions: d.cfg.ProviderOptions, NoFallback: true}
@@ -413,7 +413,7 @@ func (d *Daemon) dial(fd int, peer netip.AddrPort) (net.Conn, error) {
 	if err := connectSocket(fd, peer, d.cfg.DialTimeout); err != nil {
 		return nil, err
 	}
-	if !d.takes(peer.Port()) {
+	if !d.takes(peer) {
 		d.stats.tcpConns.Add(1)
 		return nil, nil
 	}
@@ -452,7 +452,7 @@ func (d *Daemon) listen(fd int) (message, int, []byte) {
 	}
 	tl, ok := l.(*net.TCPListener)
 	local := addrOf(l.Addr())
-	if !ok || !d.takes(local.Port()) {
+	if !ok || !d.takes(local) {
 		l.Close()
 		reply.errno = int32(unix.EPROTONOSUPPORT) // the program keeps its own listener
 		return reply, -1, nil

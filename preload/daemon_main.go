@@ -21,6 +21,7 @@ func DaemonMain(args []string) int {
 	mode := flag.String("mode", "socket", "how connections are made: socket (over the program's TCP connection) or cm (RDMA_CM, no TCP)")
 	noFallback := flag.Bool("no-fallback", false, "refuse connections to peers that do not speak vRoCE")
 	ports := flag.String("ports", "", "comma-separated ports to take over (default all)")
+	rulesFile := flag.String("rules", "", "a rules file: which addresses to take over (see preload.Rule)")
 	provider := flag.String("provider", "", "packet provider (default $VROCE_PROVIDER, then udp)")
 	if err := flag.Parse(args); err != nil {
 		return 2
@@ -48,6 +49,19 @@ func DaemonMain(args []string) int {
 			return 2
 		}
 		cfg.Ports = append(cfg.Ports, uint16(n))
+	}
+	if *rulesFile != "" {
+		f, err := os.Open(*rulesFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "vroced:", err)
+			return 2
+		}
+		cfg.Rules, err = ParseRules(f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
 	}
 	d, err := Listen(cfg)
 	if err != nil {

@@ -258,3 +258,36 @@ asyncio.run(main())
 		})
 	}
 }
+
+// A rules file decides which connections vroced takes: a skipped port
+// stays on TCP even to a vRoCE service, another is taken; a bad file is
+// refused before the program starts, naming the line.
+func TestRulesFile(t *testing.T) {
+	dir := kit(t, "python3", "curl")
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, "f"), []byte("ruled\n"), 0o644))
+	skipped, taken := freePort(t), freePort(t)
+	httpServer(t, dir, root, skipped, false)
+	httpServer(t, dir, root, taken, false)
+	rules := filepath.Join(t.TempDir(), "rules")
+	require.NoError(t, os.WriteFile(rules, []byte(fmt.Sprintf("skip 127.0.0.1:%d # this one stays on TCP\ntake *\n", skipped)), 0o644))
+	fetch := func(port int) string {
+		cmd := exec.Command(filepath.Join(dir, "vroce-run"), "--rules", rules, "--", "curl", "-sS", fmt.Sprintf("http://127.0.0.1:%d/f", port))
+		cmd.Env = vroceRun(t, dir).Env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Contains(t, string(out), "ruled")
+		return string(out)
+	}
+	v, _, tcp := counts(t, fetch(skipped))
+	assert.Equal(t, [2]uint64{0, 1}, [2]uint64{v, tcp}, "skipped: over TCP")
+	v, _, tcp = counts(t, fetch(taken))
+	assert.Equal(t, [2]uint64{1, 0}, [2]uint64{v, tcp}, "taken: over vRoCE")
+
+	require.NoError(t, os.WriteFile(rules, []byte("take *\nmaybe :80\n"), 0o644))
+	cmd := exec.Command(filepath.Join(dir, "vroce-run"), "--rules", rules, "--", "true")
+	cmd.Env = vroceRun(t, dir).Env
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "line 2")
+}

@@ -22,6 +22,7 @@ func RunMain(args []string) int {
 	mode := flag.String("mode", "socket", "how connections are made: socket (the program's TCP connection carries the QP exchange) or cm (RDMA_CM: no TCP to a vRoCE peer)")
 	noFallback := flag.Bool("no-fallback", false, "refuse connections to peers that do not speak vRoCE (ECONNREFUSED)")
 	ports := flag.String("ports", "", "comma-separated ports to take over (default all)")
+	rules := flag.String("rules", "", "a rules file: which addresses to take over, the first matching line deciding (take|skip ADDRESS: 10.0.0.0/8, :6379, [fd00::1]:80-89, *)")
 	provider := flag.String("provider", "", "packet provider (default $VROCE_PROVIDER, then udp)")
 	flag.Usage = func() {
 		fmt.Fprintln(flag.Output(), "usage: vroce-run [flags] -- PROGRAM ARGS")
@@ -34,7 +35,23 @@ func RunMain(args []string) int {
 		flag.Usage()
 		return 2
 	}
-	code, err := run(flag.Args(), *mode, *noFallback, *ports, *provider)
+	if *rules != "" {
+		// Said here, before anything starts.
+		f, err := os.Open(*rules)
+		if err == nil {
+			_, err = ParseRules(f)
+			f.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "vroce-run:", err)
+			return 2
+		}
+		if *rules, err = filepath.Abs(*rules); err != nil {
+			fmt.Fprintln(os.Stderr, "vroce-run:", err)
+			return 2
+		}
+	}
+	code, err := run(flag.Args(), *mode, *noFallback, *ports, *rules, *provider)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vroce-run:", err)
 		return 1
@@ -42,7 +59,7 @@ func RunMain(args []string) int {
 	return code
 }
 
-func run(argv []string, mode string, noFallback bool, ports, provider string) (int, error) {
+func run(argv []string, mode string, noFallback bool, ports, rules, provider string) (int, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, err
@@ -65,6 +82,9 @@ func run(argv []string, mode string, noFallback bool, ports, provider string) (i
 	}
 	if ports != "" {
 		args = append(args, "--ports", ports)
+	}
+	if rules != "" {
+		args = append(args, "--rules", rules)
 	}
 	if provider != "" {
 		args = append(args, "--provider", provider)

@@ -1,6 +1,6 @@
 // Command vroce-run runs an unmodified program over vRoCE:
 //
-//	vroce-run [--mode socket|cm] [--no-fallback] [--ports LIST] -- PROGRAM ARGS
+//	vroce-run [--mode socket|cm] [--no-fallback] [--ports LIST] [--rules FILE] -- PROGRAM ARGS
 //
 // It starts vroced (beside it), puts the vroce-preload interposer
 // (bin/libvroce-preload.so, or $VROCE_PRELOAD) into the program with
