@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"vroce.dev/internal/unixsock"
+
 	"golang.org/x/sys/unix"
 
 	"vroce.dev/rsock"
@@ -176,13 +178,13 @@ func (d *Daemon) serveControl(c *net.UnixConn) {
 		if err != nil || n == 0 {
 			return
 		}
-		fds := rights(oob[:oobn])
+		fds, _ := unixsock.Rights(oob[:oobn]) // a malformed rest is refused by the count check
 		m, err := decodeRequest(buf[:n])
 		if err == nil && flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
 			err = fmt.Errorf("%w: truncated", errBadMessage)
 		}
 		if err != nil {
-			closeAll(fds)
+			unixsock.CloseAll(fds...)
 			d.cfg.Log.Warn("vroced: dropping a client", "err", err)
 			return
 		}
@@ -230,9 +232,12 @@ func (d *Daemon) checkPeer(c *net.UnixConn) error {
 // (-1: none) and bytes that follow the reply.
 func (d *Daemon) handle(m message, fds []int, s *session) (message, int, []byte) {
 	reply := message{op: m.op}
-	need := map[uint32]int{opConnect: 1, opListen: 1}[m.op]
+	need := 0 // descriptors the request must carry
+	if m.op == opConnect || m.op == opListen {
+		need = 1
+	}
 	if len(fds) != need {
-		closeAll(fds)
+		unixsock.CloseAll(fds...)
 		reply.errno = int32(unix.EINVAL)
 		return reply, -1, nil
 	}
@@ -311,6 +316,7 @@ func (d *Daemon) connect(fd int, peer netip.AddrPort) (message, int, []byte) {
 // session is one process's control connection: its non-blocking
 // connects in progress, by the ID the interposer holds.
 type session struct {
+	mu      sync.Mutex // the connects' goroutines drop their own entries
 	pending map[uint32]*pendingConnect
 }
 
@@ -345,7 +351,9 @@ func (d *Daemon) connectAsync(fd int, peer netip.AddrPort, s *session) (message,
 	}
 	p := &pendingConnect{done: make(chan struct{}), result: message{op: opResult}}
 	id := d.newID()
+	s.mu.Lock()
 	s.pending[id] = p
+	s.mu.Unlock()
 	go func() {
 		defer d.release()
 		defer unix.Close(fd)
@@ -370,6 +378,12 @@ func (d *Daemon) connectAsync(fd int, peer netip.AddrPort, s *session) (message,
 		}
 		close(p.done) // the outcome is known; the bridge runs on
 		b.run(ours)
+		// The program has closed its end: it can no longer ask. (A failed
+		// connect's entry stays until asked or the process goes: the
+		// errno is what SO_ERROR must give.)
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
 	}()
 	reply.flags = flagSwap | id<<8
 	return reply, theirs, nil
@@ -377,11 +391,15 @@ func (d *Daemon) connectAsync(fd int, peer netip.AddrPort, s *session) (message,
 
 // result waits for a non-blocking connect's outcome.
 func (d *Daemon) result(id uint32, s *session) message {
+	s.mu.Lock()
 	p := s.pending[id]
-	if p == nil {
-		return message{op: opResult, errno: int32(unix.EINVAL)}
-	}
 	delete(s.pending, id)
+	s.mu.Unlock()
+	if p == nil {
+		// Only a connect that succeeded and whose bridge has ended is
+		// dropped unasked (see connectAsync).
+		return message{op: opResult}
+	}
 	<-p.done
 	return p.result
 }
@@ -765,12 +783,13 @@ const bridgeBuffer = 4 << 20
 
 // socketpair returns our end as a conn and the program's as a descriptor.
 func socketpair(typ int) (*net.UnixConn, int, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+	c, theirs, err := unixsock.Pair(typ)
 	if err != nil {
 		return nil, -1, err
 	}
 	if typ == unix.SOCK_STREAM {
-		for _, fd := range fds {
+		// A stream socketpair's queue is charged to its sender: both ends.
+		for _, fd := range []int{theirs, connFD(c)} {
 			for _, opt := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
 				// Forced where allowed (CAP_NET_ADMIN), else up to the
 				// system's cap.
@@ -780,38 +799,16 @@ func socketpair(typ int) (*net.UnixConn, int, error) {
 			}
 		}
 	}
-	f := os.NewFile(uintptr(fds[0]), "bridge")
-	defer f.Close()
-	c, err := net.FileConn(f)
-	if err != nil {
-		unix.Close(fds[1])
-		return nil, -1, err
-	}
-	return c.(*net.UnixConn), fds[1], nil
+	return c, theirs, nil
 }
 
-// rights returns the descriptors a control message carried.
-func rights(oob []byte) []int {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil
+// connFD is c's descriptor, for a socket option; c keeps it.
+func connFD(c *net.UnixConn) int {
+	fd := -1
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(f uintptr) { fd = int(f) })
 	}
-	var fds []int
-	for _, m := range msgs {
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
-			continue
-		}
-		for b := m.Data; len(b) >= 4; b = b[4:] {
-			fds = append(fds, int(int32(uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24)))
-		}
-	}
-	return fds
-}
-
-func closeAll(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
+	return fd
 }
 
 // errnoOf is the errno to give the program for err.

@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 
+	"vroce.dev/internal/unixsock"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -31,18 +33,11 @@ var errFDMessage = errors.New("vroce plugin: bad descriptor message")
 // socketpair makes the descriptor socket: the host's end as a conn and
 // the plugin's as a file to hand it at launch.
 func socketpair() (*net.UnixConn, *os.File, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	c, theirs, err := unixsock.Pair(unix.SOCK_SEQPACKET)
 	if err != nil {
-		return nil, nil, fmt.Errorf("vroce plugin: socketpair: %w", err)
+		return nil, nil, fmt.Errorf("vroce plugin: %w", err)
 	}
-	host := os.NewFile(uintptr(fds[0]), "vroce-plugin-host")
-	defer host.Close()
-	c, err := net.FileConn(host)
-	if err != nil {
-		unix.Close(fds[1])
-		return nil, nil, fmt.Errorf("vroce plugin: socketpair: %w", err)
-	}
-	return c.(*net.UnixConn), os.NewFile(uintptr(fds[1]), "vroce-plugin-fds"), nil
+	return c, os.NewFile(uintptr(theirs), "vroce-plugin-fds"), nil
 }
 
 // sendDeviceFDs sends device id's descriptors.
@@ -80,17 +75,7 @@ var errHungUp = errors.New("vroce plugin: the other process hung up")
 // got lists every descriptor the message carried, for the caller to
 // close when it is refused.
 func parseDeviceMessage(b, oob []byte, flags int) (id uint64, fds [fdsPerDevice]int, got []int, err error) {
-	msgs, perr := unix.ParseSocketControlMessage(oob)
-	for _, m := range msgs {
-		// By hand: x/sys's ParseUnixRights trusts the length to be whole
-		// descriptors.
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
-			continue
-		}
-		for d := m.Data; len(d) >= 4; d = d[4:] {
-			got = append(got, int(int32(binary.NativeEndian.Uint32(d))))
-		}
-	}
+	got, perr := unixsock.Rights(oob)
 	switch {
 	case perr != nil:
 		return 0, fds, got, fmt.Errorf("%w: control data: %v", errFDMessage, perr)
@@ -103,20 +88,4 @@ func parseDeviceMessage(b, oob []byte, flags int) (id uint64, fds [fdsPerDevice]
 	}
 	copy(fds[:], got)
 	return binary.LittleEndian.Uint64(b), fds, got, nil
-}
-
-// fileUnixConn makes a conn of a socket file (the plugin's fd 3), which
-// it closes.
-func fileUnixConn(f *os.File) (*net.UnixConn, error) {
-	defer f.Close()
-	c, err := net.FileConn(f)
-	if err != nil {
-		return nil, err
-	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		c.Close()
-		return nil, fmt.Errorf("vroce plugin: fd %d is a %T, not the descriptor socket", f.Fd(), c)
-	}
-	return uc, nil
 }

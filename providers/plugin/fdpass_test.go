@@ -6,6 +6,8 @@ import (
 	"errors"
 	"testing"
 
+	"vroce.dev/internal/unixsock"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -17,7 +19,10 @@ func TestDeviceMessages(t *testing.T) {
 	host, child, err := socketpair()
 	require.NoError(t, err)
 	defer host.Close()
-	fc, err := fileUnixConn(child)
+	dup, err := unix.Dup(int(child.Fd()))
+	require.NoError(t, err)
+	child.Close()
+	fc, err := unixsock.ConnOf(dup)
 	require.NoError(t, err)
 	defer fc.Close()
 

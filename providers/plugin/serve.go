@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"vroce.dev/internal/unixsock"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 
@@ -69,7 +71,7 @@ func serve(desc Description, version int) error {
 	if os.Getenv(handshake.MagicCookieKey) != handshake.MagicCookieValue {
 		return errors.New("this is a vroce.dev provider plugin: programs start it (VROCE_PROVIDER=plugin:NAME); run it with \"describe\" to see what it is")
 	}
-	conn, err := fileUnixConn(os.NewFile(seqpacketFD, "vroce-plugin-fds"))
+	conn, err := unixsock.ConnOf(seqpacketFD)
 	if err != nil {
 		return fmt.Errorf("no descriptor socket at fd %d (started by something other than vroce.dev?): %w", seqpacketFD, err)
 	}
@@ -122,7 +124,7 @@ func (s *pluginServer) readFDs() {
 		if err != nil {
 			s.hungUp = true
 		} else if _, dup := s.pending[id]; dup {
-			closeFDs(fds)
+			unixsock.CloseAll(fds[:]...)
 		} else {
 			s.pending[id] = fds
 		}
@@ -131,12 +133,6 @@ func (s *pluginServer) readFDs() {
 		if err != nil {
 			return
 		}
-	}
-}
-
-func closeFDs(fds [fdsPerDevice]int) {
-	for _, fd := range fds {
-		os.NewFile(uintptr(fd), "").Close()
 	}
 }
 
@@ -263,7 +259,7 @@ func (s *pluginServer) closeAll() {
 	devs := s.devices
 	s.devices = map[uint64]*pluginDevice{}
 	for _, fds := range s.pending {
-		closeFDs(fds)
+		unixsock.CloseAll(fds[:]...)
 	}
 	s.pending = nil
 	s.mu.Unlock()
@@ -290,17 +286,13 @@ type pluginDevice struct {
 func openPluginDevice(s *pluginServer, req openRequest, fds [fdsPerDevice]int) (*pluginDevice, error) {
 	reg, err := ring.Map(fds[fdRegion], req.Area)
 	if err != nil {
-		for _, fd := range fds[fdRegion+1:] {
-			os.NewFile(uintptr(fd), "").Close()
-		}
+		unixsock.CloseAll(fds[fdRegion+1:]...)
 		return nil, err
 	}
 	d := &pluginDevice{id: req.ID, reg: reg}
 	for i := fdTxData; i < fdsPerDevice; i++ {
 		if d.bells[i], err = ring.DoorbellFromFD(fds[i]); err != nil {
-			for _, fd := range fds[i+1:] {
-				os.NewFile(uintptr(fd), "").Close()
-			}
+			unixsock.CloseAll(fds[i+1:]...)
 			d.release()
 			return nil, err
 		}
