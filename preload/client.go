@@ -21,7 +21,7 @@ func Dial(name string) (*Client, error) {
 
 // Stats asks the daemon for its counters.
 func (c *Client) Stats() (Stats, error) {
-	if _, err := c.c.Write(message{op: opStats}.encodeRequest()); err != nil {
+	if _, err := c.c.Write(message{op: opStats}.encode()); err != nil {
 		return Stats{}, err
 	}
 	b := make([]byte, messageSize+statsSize+1)

@@ -6,11 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
-
-	"vroce.dev/rsock"
 )
 
 // DaemonMain is vroced: it parses args (without the program name), serves
@@ -18,11 +14,8 @@ import (
 func DaemonMain(args []string) int {
 	flag := flag.NewFlagSet("vroced", flag.ContinueOnError)
 	name := flag.String("name", "", "the abstract control socket to serve (without @)")
-	mode := flag.String("mode", "socket", "how connections are made: socket (over the program's TCP connection) or cm (RDMA_CM, no TCP)")
-	noFallback := flag.Bool("no-fallback", false, "refuse connections to peers that do not speak vRoCE")
-	ports := flag.String("ports", "", "comma-separated ports to take over (default all)")
-	rulesFile := flag.String("rules", "", "a rules file: which addresses to take over (see preload.Rule)")
-	provider := flag.String("provider", "", "packet provider (default $VROCE_PROVIDER, then udp)")
+	var o options
+	o.define(flag)
 	if err := flag.Parse(args); err != nil {
 		return 2
 	}
@@ -33,36 +26,13 @@ func DaemonMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "vroced: --name is required (vroce-run starts vroced; run that)")
 		return 2
 	}
-	if *mode != rsock.ModeSocket && *mode != rsock.ModeCM {
-		fmt.Fprintf(os.Stderr, "vroced: --mode %q: socket or cm\n", *mode)
+	cfg, err := o.config()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "vroced:", err)
 		return 2
 	}
-	cfg := Config{Name: *name, Mode: *mode, NoFallback: *noFallback, Provider: *provider,
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
-	for _, p := range strings.Split(*ports, ",") {
-		if p == "" {
-			continue
-		}
-		n, err := strconv.ParseUint(p, 10, 16)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "vroced: port %q: %v\n", p, err)
-			return 2
-		}
-		cfg.Ports = append(cfg.Ports, uint16(n))
-	}
-	if *rulesFile != "" {
-		f, err := os.Open(*rulesFile)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "vroced:", err)
-			return 2
-		}
-		cfg.Rules, err = ParseRules(f)
-		f.Close()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 2
-		}
-	}
+	cfg.Name = *name
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	d, err := Listen(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -104,10 +104,7 @@ func decodeRequest(b []byte) (message, error) {
 	return m, nil
 }
 
-// encodeRequest writes m as a request (the same layout as a reply).
-func (m message) encodeRequest() []byte { return m.encode() }
-
-// encode writes m as a reply.
+// encode writes m: a request and a reply have the same layout.
 func (m message) encode() []byte {
 	b := make([]byte, messageSize)
 	binary.LittleEndian.PutUint32(b, magic)

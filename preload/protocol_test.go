@@ -13,30 +13,30 @@ import (
 // build, or malformed, is refused with errBadMessage.
 func TestRequests(t *testing.T) {
 	peer := netip.MustParseAddrPort("[2001:db8::7]:443")
-	m, err := decodeRequest(message{op: opConnect, peer: peer}.encodeRequest())
+	m, err := decodeRequest(message{op: opConnect, peer: peer}.encode())
 	require.NoError(t, err)
 	assert.Equal(t, peer, m.peer)
 	v4 := netip.MustParseAddrPort("192.0.2.1:80")
-	m, err = decodeRequest(message{op: opConnect, peer: netip.AddrPortFrom(netip.AddrFrom16(v4.Addr().As16()), 80)}.encodeRequest())
+	m, err = decodeRequest(message{op: opConnect, peer: netip.AddrPortFrom(netip.AddrFrom16(v4.Addr().As16()), 80)}.encode())
 	require.NoError(t, err)
 	assert.Equal(t, v4, m.peer, "IPv4-mapped travels as IPv4")
 
-	bad := message{op: opConnect, peer: peer}.encodeRequest()
+	bad := message{op: opConnect, peer: peer}.encode()
 	bad[0] ^= 1
 	_, err = decodeRequest(bad)
 	assert.ErrorIs(t, err, errBadMessage)
-	_, err = decodeRequest(message{op: opConnect}.encodeRequest())
+	_, err = decodeRequest(message{op: opConnect}.encode())
 	assert.ErrorIs(t, err, errBadMessage, "connect to nowhere")
-	_, err = decodeRequest(message{op: 99}.encodeRequest())
+	_, err = decodeRequest(message{op: 99}.encode())
 	assert.ErrorIs(t, err, errBadMessage)
 	_, err = decodeRequest(bad[:10])
 	assert.ErrorIs(t, err, errBadMessage)
 }
 
 func FuzzDecodeRequest(f *testing.F) {
-	f.Add(message{op: opConnect, peer: netip.MustParseAddrPort("10.0.0.1:80")}.encodeRequest())
-	f.Add(message{op: opListen}.encodeRequest())
-	f.Add(message{op: opHello, flags: 42}.encodeRequest())
+	f.Add(message{op: opConnect, peer: netip.MustParseAddrPort("10.0.0.1:80")}.encode())
+	f.Add(message{op: opListen}.encode())
+	f.Add(message{op: opHello, flags: 42}.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := decodeRequest(b)
 		if err != nil {
@@ -45,7 +45,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			return
 		}
-		again, err := decodeRequest(m.encodeRequest())
+		again, err := decodeRequest(m.encode())
 		if err != nil || again.op != m.op || again.flags != m.flags {
 			t.Fatalf("%+v does not survive a round trip: %+v, %v", m, again, err)
 		}

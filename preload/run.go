@@ -19,11 +19,8 @@ import (
 // returns the exit code.
 func RunMain(args []string) int {
 	flag := flag.NewFlagSet("vroce-run", flag.ContinueOnError)
-	mode := flag.String("mode", "socket", "how connections are made: socket (the program's TCP connection carries the QP exchange) or cm (RDMA_CM: no TCP to a vRoCE peer)")
-	noFallback := flag.Bool("no-fallback", false, "refuse connections to peers that do not speak vRoCE (ECONNREFUSED)")
-	ports := flag.String("ports", "", "comma-separated ports to take over (default all)")
-	rules := flag.String("rules", "", "a rules file: which addresses to take over, the first matching line deciding (take|skip ADDRESS: 10.0.0.0/8, :6379, [fd00::1]:80-89, *)")
-	provider := flag.String("provider", "", "packet provider (default $VROCE_PROVIDER, then udp)")
+	var o options
+	o.define(flag)
 	flag.Usage = func() {
 		fmt.Fprintln(flag.Output(), "usage: vroce-run [flags] -- PROGRAM ARGS")
 		flag.PrintDefaults()
@@ -35,23 +32,12 @@ func RunMain(args []string) int {
 		flag.Usage()
 		return 2
 	}
-	if *rules != "" {
-		// Said here, before anything starts.
-		f, err := os.Open(*rules)
-		if err == nil {
-			_, err = ParseRules(f)
-			f.Close()
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "vroce-run:", err)
-			return 2
-		}
-		if *rules, err = filepath.Abs(*rules); err != nil {
-			fmt.Fprintln(os.Stderr, "vroce-run:", err)
-			return 2
-		}
+	// Checked here, before anything starts, as vroced will check them.
+	if _, err := o.config(); err != nil {
+		fmt.Fprintln(os.Stderr, "vroce-run:", err)
+		return 2
 	}
-	code, err := run(flag.Args(), *mode, *noFallback, *ports, *rules, *provider)
+	code, err := run(flag.Args(), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "vroce-run:", err)
 		return 1
@@ -59,7 +45,7 @@ func RunMain(args []string) int {
 	return code
 }
 
-func run(argv []string, mode string, noFallback bool, ports, rules, provider string) (int, error) {
+func run(argv []string, o options) (int, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, err
@@ -76,19 +62,11 @@ func run(argv []string, mode string, noFallback bool, ports, rules, provider str
 	rand.Read(rnd[:])
 	name := fmt.Sprintf("vroced-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:]))
 
-	args := []string{"--name", name, "--mode", mode}
-	if noFallback {
-		args = append(args, "--no-fallback")
+	passed, err := o.args()
+	if err != nil {
+		return 0, err
 	}
-	if ports != "" {
-		args = append(args, "--ports", ports)
-	}
-	if rules != "" {
-		args = append(args, "--rules", rules)
-	}
-	if provider != "" {
-		args = append(args, "--provider", provider)
-	}
+	args := append([]string{"--name", name}, passed...)
 	vroced := os.Getenv("VROCED")
 	if vroced == "" {
 		vroced = filepath.Join(dir, "vroced")
@@ -124,7 +102,7 @@ func run(argv []string, mode string, noFallback bool, ports, rules, provider str
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+preloadList(lib), "VROCED_ADDR=@"+name)
-	if noFallback {
+	if o.noFallback {
 		cmd.Env = append(cmd.Env, "VROCE_NO_FALLBACK=1")
 	}
 	sigs := make(chan os.Signal, 1)
