@@ -5,7 +5,9 @@ package plugin
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -15,6 +17,28 @@ import (
 	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/rsock"
 )
+
+// echoed sends n bytes through c to a peer that echoes them, half-closes,
+// and checks that the same n bytes come back.
+func echoed(c net.Conn, n int) error {
+	want := make([]byte, n)
+	verbstest.Fill(want, 7)
+	go func() {
+		c.Write(want)
+		c.(interface{ CloseWrite() error }).CloseWrite()
+	}()
+	if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return err
+	}
+	got, err := io.ReadAll(c)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("the echo differs (%d of %d bytes)", len(got), len(want))
+	}
+	return nil
+}
 
 // An rsock stream over plugin:udp in both connection modes: 4 MiB each
 // way, byte-exact, and the stream says it crossed vRoCE.
@@ -44,16 +68,7 @@ func TestRsockOverPluginUDP(t *testing.T) {
 			require.NoError(t, err)
 			defer c.Close()
 			assert.Equal(t, "vroce", c.(interface{ Transport() string }).Transport())
-			want := make([]byte, 4<<20)
-			verbstest.Fill(want, 7)
-			go func() {
-				c.Write(want)
-				c.(interface{ CloseWrite() error }).CloseWrite()
-			}()
-			require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
-			got, err := io.ReadAll(c)
-			require.NoError(t, err)
-			require.True(t, bytes.Equal(got, want), "echo of %d bytes came back as %d, differing", len(want), len(got))
+			require.NoError(t, echoed(c, 4<<20))
 		})
 	}
 }
