@@ -87,12 +87,14 @@ func openStack(c stackConfig) (*stack, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	liveStacks.Add(1)
-	byAddr.Lock()
-	if byAddr.m == nil {
-		byAddr.m = map[string]*stack{}
+	if fixedPort(c.addr) {
+		byAddr.Lock()
+		if byAddr.m == nil {
+			byAddr.m = map[string]*stack{}
+		}
+		byAddr.m[c.addr] = s
+		byAddr.Unlock()
 	}
-	byAddr.m[c.addr] = s
-	byAddr.Unlock()
 	s.wg.Add(2)
 	go s.poll(ctx)
 	go s.keepalive(ctx)
@@ -168,8 +170,8 @@ func (s *stack) release() {
 	}
 }
 
-// byAddr holds the stacks whose device is open, by the address it was
-// opened on.
+// byAddr holds the stacks whose device is open on a fixed port, by the
+// address it was opened on (a port the system picks cannot collide).
 var byAddr struct {
 	sync.Mutex
 	m map[string]*stack
@@ -185,7 +187,7 @@ const maxLinger = 3 * time.Second
 // tests) would otherwise find the UDP port still taken by the last
 // streams' goodbyes. A stack still in use is not waited for.
 func awaitRelease(addr string) {
-	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" || port == "" {
+	if !fixedPort(addr) {
 		return
 	}
 	byAddr.Lock()
@@ -204,6 +206,12 @@ func awaitRelease(addr string) {
 	case <-old.released:
 	case <-time.After(maxLinger):
 	}
+}
+
+// fixedPort says addr names its port: not 0, not left out.
+func fixedPort(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port != "0" && port != ""
 }
 
 var drain struct {
