@@ -9,34 +9,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"vroce.dev/internal/testkit/streamtest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"vroce.dev/internal/testkit/verbstest"
 )
-
-// lockedBuffer is a bytes.Buffer a command writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // vrocedOf finds the vroced a vroce-run of pid started.
 func vrocedOf(t *testing.T, pid int) int {
@@ -97,7 +80,7 @@ print("again:", s2.recv(12).decode(), flush=True)
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr lockedBuffer
+	var stderr streamtest.SyncBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	lines := bufio.NewReader(stdout)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"vroce.dev/internal/testkit/streamtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -27,7 +29,7 @@ func background(t *testing.T, dir string, argv ...string) *exec.Cmd {
 // start starts cmd until the test ends (SIGTERM, then its wait), its
 // output kept and shown on failure.
 func start(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
-	var log lockedBuffer
+	var log streamtest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -237,7 +239,7 @@ for _ in range(2):
     c.close()
 `, port)
 	srv := vroceRun(t, dir, "python3", "-c", server)
-	var out lockedBuffer
+	var out streamtest.SyncBuffer
 	srv.Stdout, srv.Stderr = &out, &out
 	require.NoError(t, srv.Start())
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })

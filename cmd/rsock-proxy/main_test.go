@@ -17,37 +17,21 @@ import (
 	"testing"
 	"time"
 
+	"vroce.dev/internal/testkit/streamtest"
+
 	"go.uber.org/goleak"
 	"vroce.dev/rsock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a log sink safe for the proxy's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // chain starts the two proxies of the README in front of target: a TCP
 // listener carrying each connection over vRoCE to a vRoCE listener that
 // connects to target. It returns the TCP address to use and the vRoCE
 // side's log.
-func chain(t *testing.T, target string) (entry string, vroceLog *syncBuffer) {
+func chain(t *testing.T, target string) (entry string, vroceLog *streamtest.SyncBuffer) {
 	t.Helper()
-	vroceLog = new(syncBuffer)
+	vroceLog = new(streamtest.SyncBuffer)
 	a, err := start(config{listen: endpoint{vroce: true, addr: "127.0.0.1:0"}, to: endpoint{addr: target}, dialTimeout: 5 * time.Second, verbose: true},
 		log.New(vroceLog, "", 0))
 	if err != nil {
@@ -229,7 +213,7 @@ func TestUnmodifiedServerBehindTheProxy(t *testing.T) {
 func TestNoFallbackRefusesATCPTarget(t *testing.T) {
 	target := hashServer(t)
 	for _, noFallback := range []bool{false, true} {
-		var logged syncBuffer
+		var logged streamtest.SyncBuffer
 		p, err := start(config{listen: endpoint{addr: "127.0.0.1:0"}, to: endpoint{vroce: true, addr: target},
 			dialTimeout: 5 * time.Second, noFallback: noFallback}, log.New(&logged, "", 0))
 		if err != nil {

@@ -1,8 +1,9 @@
 // Package testkit is where the module's test kits live, above everything
 // they test: verbstest (devices, RC pairs and completions for tests that
 // go through the verbs), providertest (the conformance suite every packet
-// provider runs) and netnstest (network namespaces and veth pairs for the
-// tests that need root). The primitives the code itself is built from
+// provider runs), netnstest (network namespaces and veth pairs for the
+// tests that need root) and streamtest (echo checks of byte streams, and
+// a buffer safe to read while written). The primitives the code itself is built from
 // (clock, fifo, minheap, pcap, rtt, secrand) sit beside it in internal/,
 // below vroce. Nothing outside tests imports a kit.
 package testkit

@@ -2,7 +2,6 @@ package afxdp_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"vroce.dev/internal/testkit/streamtest"
 
 	"vroce.dev/internal/testkit/netnstest"
 	"vroce.dev/internal/testkit/providertest"
@@ -349,14 +350,7 @@ func TestRsockStreamsOverAFXDP(t *testing.T) {
 				}
 			})
 			defer ln.Close()
-			go func() {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				io.Copy(c, c)
-			}()
+			go streamtest.ServeEcho(ln)
 			var c net.Conn
 			netnstest.In(t, hb.NS, func() {
 				d := rsock.Dialer{Mode: mode, Provider: "afxdp", ProviderOptions: afxdp.Options{Iface: hb.Dev}, NoFallback: true, Timeout: 10 * time.Second}
@@ -369,16 +363,8 @@ func TestRsockStreamsOverAFXDP(t *testing.T) {
 			if tr := c.(interface{ Transport() string }).Transport(); tr != "vroce" {
 				t.Fatalf("transport %q", tr)
 			}
-			want := make([]byte, 1<<20)
-			verbstest.Fill(want, 3)
-			go func() {
-				c.Write(want)
-				c.(interface{ CloseWrite() error }).CloseWrite()
-			}()
-			c.SetDeadline(time.Now().Add(30 * time.Second))
-			got, err := io.ReadAll(c)
-			if err != nil || !bytes.Equal(got, want) {
-				t.Fatalf("echo: %d of %d bytes, %v", len(got), len(want), err)
+			if err := streamtest.Echoed(c, 1<<20); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"vroce.dev/internal/testkit/streamtest"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -111,13 +113,7 @@ func runApp(args []string) int {
 			}
 			defer ln.Close()
 			fmt.Println("listening")
-			c, err := ln.Accept()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_, err = io.Copy(c, c)
-			return err
+			return streamtest.ServeEcho(ln)
 		}
 		d := rsock.Dialer{Provider: prov, ProviderOptions: opts, NoFallback: true, Timeout: 20 * time.Second}
 		c, err := d.Dial("tcp", addr)
@@ -125,7 +121,7 @@ func runApp(args []string) int {
 			return err
 		}
 		defer c.Close()
-		if err := echoed(c, 1<<20); err != nil {
+		if err := streamtest.Echoed(c, 1<<20); err != nil {
 			return err
 		}
 		fmt.Printf("echoed %d bytes over %s\n", 1<<20, c.(interface{ Transport() string }).Transport())

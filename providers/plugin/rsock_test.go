@@ -3,42 +3,17 @@
 package plugin
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"io"
-	"net"
 	"testing"
 	"time"
+
+	"vroce.dev/internal/testkit/streamtest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/rsock"
 )
-
-// echoed sends n bytes through c to a peer that echoes them, half-closes,
-// and checks that the same n bytes come back.
-func echoed(c net.Conn, n int) error {
-	want := make([]byte, n)
-	verbstest.Fill(want, 7)
-	go func() {
-		c.Write(want)
-		c.(interface{ CloseWrite() error }).CloseWrite()
-	}()
-	if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
-		return err
-	}
-	got, err := io.ReadAll(c)
-	if err != nil {
-		return err
-	}
-	if !bytes.Equal(got, want) {
-		return fmt.Errorf("the echo differs (%d of %d bytes)", len(got), len(want))
-	}
-	return nil
-}
 
 // An rsock stream over plugin:udp in both connection modes: 4 MiB each
 // way, byte-exact, and the stream says it crossed vRoCE.
@@ -55,20 +30,13 @@ func TestRsockOverPluginUDP(t *testing.T) {
 			ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 			require.NoError(t, err)
 			defer ln.Close()
-			go func() {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				io.Copy(c, c)
-			}()
+			go streamtest.ServeEcho(ln)
 			d := rsock.Dialer{Mode: mode, Provider: prov, NoFallback: true, Timeout: 10 * time.Second}
 			c, err := d.Dial("tcp", ln.Addr().String())
 			require.NoError(t, err)
 			defer c.Close()
 			assert.Equal(t, "vroce", c.(interface{ Transport() string }).Transport())
-			require.NoError(t, echoed(c, 4<<20))
+			require.NoError(t, streamtest.Echoed(c, 4<<20))
 		})
 	}
 }
