@@ -655,6 +655,8 @@ func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64, reset *atomic.B
 			closeBoth()
 		}
 	}
+	// One direction on a goroutine of its own, the other on the caller's:
+	// two goroutines a bridge.
 	wg.Add(2)
 	go half(func() error {
 		_, err := io.Copy(c, from)
@@ -663,7 +665,7 @@ func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64, reset *atomic.B
 		}
 		return err
 	}, c)
-	go half(func() error {
+	half(func() error {
 		_, err := io.Copy(to, c)
 		if errors.Is(err, syscall.ECONNRESET) {
 			peerReset()
