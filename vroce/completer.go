@@ -45,7 +45,7 @@ func (r *requester) onResponse(qp *QP, p *wire.Packet, now int64) {
 			var v [8]byte
 			binary.NativeEndian.PutUint64(v[:], p.AtomicAck)
 			w.scatter(v[:], 0)
-			r.sb.delivered(psn)
+			r.sb.delivered(psn, now, r.rec.rtt.MinRTT)
 		}
 	} else {
 		r.onReadResponse(qp, p, now)
@@ -104,7 +104,7 @@ func (r *requester) takeAck(qp *QP, a ack, now int64) {
 			if first := sack.Blocks[0]; sack.N > 0 && first.Count == 1 && psnDiff(first.First, psn) <= 0 {
 				r.rec.onDuplicateReported(first.First) // below the cumulative ACK: a D-SACK
 			}
-			r.sb.onSACK(&sack, func(sentAt int64) { r.rec.sample(now - sentAt) })
+			r.sb.onSACK(&sack, now, r.rec.rtt.MinRTT, func(sentAt int64) { r.rec.sample(now - sentAt) })
 		}
 		r.detectLosses(qp, now)
 	case wire.SyndromeRNRNAK:
@@ -163,7 +163,7 @@ func (r *requester) takeAck(qp *QP, a ack, now int64) {
 // acknowledged sooner than it could have been undoes the timeout that
 // sent it, and the newest PSN sent once gives an RTT sample.
 func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
-	res := r.sb.ackThrough(psn, now, r.rec.rtt.SRTT)
+	res := r.sb.ackThrough(psn, now, r.rec.rtt.SRTT, r.rec.rtt.MinRTT)
 	if res.readsLost > 0 {
 		r.rec.lossProven(now)
 	}
@@ -208,7 +208,7 @@ func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64) {
 	if st := r.sb.pkt(psn); !st.resent() {
 		r.rec.sample(now - st.sentAt)
 	}
-	r.sb.delivered(psn)
+	r.sb.delivered(psn, now, r.rec.rtt.MinRTT)
 	r.detectLosses(qp, now)
 }
 

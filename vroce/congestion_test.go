@@ -27,11 +27,15 @@ func TestWindowGrowsUnderTargetAndShrinksAboveIt(t *testing.T) {
 	if c.cwnd < 64.9 || c.cwnd > 65.1 {
 		t.Fatalf("additive increase gave %.2f, want about 65", c.cwnd)
 	}
-	c.onLoss(1, srtt, 205_000) // one in a round of 65, the RTT under target: random
+	c.onLoss(1, srtt, 205_000) // one in 131 packets, the RTT under target: random
 	if c.cwnd < 64.9 || c.cwnd > 65.1 {
 		t.Fatalf("a random loss moved the window to %.1f", c.cwnd)
 	}
-	c.onLoss(8, srtt, 206_000) // nine of 73 lost in the round: congestive
+	c.onLoss(8, srtt, 206_000) // nine in 139: more than 5%, still random
+	if c.cwnd < 64.9 || c.cwnd > 65.1 {
+		t.Fatalf("nine losses in 139 packets moved the window to %.1f", c.cwnd)
+	}
+	c.onLoss(8, srtt, 206_500) // 17 in 147: congestive
 	if c.cwnd < 56.8 || c.cwnd > 57 {
 		t.Fatalf("loss gave %.1f, want seven eighths of 65", c.cwnd)
 	}
@@ -39,10 +43,13 @@ func TestWindowGrowsUnderTargetAndShrinksAboveIt(t *testing.T) {
 	if c.cwnd < 56.8 || c.cwnd > 57 {
 		t.Fatalf("trimmed twice in one RTT: %.1f", c.cwnd)
 	}
-	c.cwnd = 65                // back, as if the round had not been
-	c.onLoss(1, srtt, 300_000) // a new round: one loss is random again
+	for i := range 3 { // three clean rounds of 128 packets, the last with no loss in it
+		c.onAck(128, 11_000, minRTT, srtt, int64(290_000+i*srtt))
+	}
+	c.cwnd = 65                // back, as if the congested rounds had not been
+	c.onLoss(1, srtt, 320_000) // a new round: one loss is random again
 	if c.cwnd != 65 {
-		t.Fatalf("a random loss in a new round moved the window to %.1f", c.cwnd)
+		t.Fatalf("a random loss after clean rounds moved the window to %.1f", c.cwnd)
 	}
 	c.cwnd = 65 * (1 - lossDecrease)
 	c.onTimeout(400_000)
@@ -161,4 +168,28 @@ func TestCongestionUndoesASpuriousTimeout(t *testing.T) {
 	c.onAck(1, 0, 10_000, 10_000, 3000) // a resend acknowledged in slow start
 	assert.False(t, c.undoTimeout(), "the timeout was real")
 	assert.Less(t, c.cwnd, 100.0)
+}
+
+// Random loss scatters: judged round by round over a few packets, 5% of
+// them lost looks like more than 10% often enough to keep the window
+// small. A round is judged over at least lossJudged packets.
+func TestLossShareIsJudgedOverEnoughPackets(t *testing.T) {
+	var r lossRound
+	const srtt = 10_000
+	r.roll(srtt, 0)
+	r.delivered, r.lost = 17, 3 // 15% of 20 packets
+	assert.Zero(t, r.lossShare(), "20 packets are too few to judge")
+	r.roll(srtt, srtt)
+	assert.Equal(t, 17, r.delivered, "a round of 20 packets goes on past its RTT")
+
+	r.delivered, r.lost = 122, 6 // 128 packets, 4.7% lost
+	r.roll(srtt, 2*srtt)
+	assert.Zero(t, r.delivered+r.lost, "128 packets and an RTT: a new round")
+	r.lost = 1
+	assert.InDelta(t, 7.0/129, r.lossShare(), 1e-9, "a round just begun is judged with the last")
+
+	r.delivered, r.lost = 100, 28 // a policer's 22%
+	r.roll(srtt, 3*srtt)
+	r.lost = 2
+	assert.Greater(t, r.lossShare(), congestiveShare)
 }

@@ -130,8 +130,24 @@ func (r *requester) peerAdmits(qp *QP, now int64) bool {
 	return false
 }
 
-// window is how many PSNs may be in flight.
+// window is how many packets may be in the network (the scoreboard's
+// pipe).
 func (r *requester) window() int { return min(r.cc.window(), maxWindow) }
+
+// room is how many new packets may leave from PSN next: the window less
+// the pipe, and no further past sndUna than spanLimit.
+func (r *requester) room(next uint32, mtu int) int {
+	return min(r.window()-r.sb.pipe(), r.spanLimit(mtu)-int(psnDiff(next, r.sb.sndUna)))
+}
+
+// spanLimit is how far past sndUna new PSNs may go while holes below
+// them are repaired: what the scoreboard tracks and the responder holds
+// out of order (maxWindow packets, maxHeldPerQP bytes), and four windows,
+// so a hole whose resend is lost too (it waits for a probe) stops the
+// sender before the responder's buffer fills with what follows it.
+func (r *requester) spanLimit(mtu int) int {
+	return min(maxWindow, 4*r.window(), max(maxHeldPerQP/max(mtu, 1), 1))
+}
 
 // pump sends what the window, the pacer, the READ/atomic depth and fences
 // allow: PSNs marked lost first, then new ones.
@@ -170,7 +186,7 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 			if qp.state != QPSRTS || (w.flags&SendFence != 0 && r.rdInFlight > 0) || (rd && r.rdInFlight >= maxRd) {
 				break
 			}
-			if int(psnDiff(r.sndNxt, r.sb.sndUna)) >= r.window() {
+			if r.room(r.sndNxt, mtu) <= 0 {
 				break
 			}
 			w.assigned, w.psn, w.npsn = true, r.sndNxt, w.packets(mtu)
@@ -180,7 +196,7 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 				r.rdInFlight++
 			}
 		}
-		if int(psnDiff(r.nextPSN, r.sb.sndUna)) >= r.window() || r.rdLimited(qp, w) || !r.peerAdmits(qp, now) || !r.paced(now) {
+		if r.room(r.nextPSN, mtu) <= 0 || r.rdLimited(qp, w) || !r.peerAdmits(qp, now) || !r.paced(now) {
 			break
 		}
 		if !r.sb.outstanding() {
@@ -211,10 +227,7 @@ func (r *requester) defersSend(q *sendQueue, mtu int) bool {
 	if burst <= 1 {
 		return false
 	}
-	// Sent and not acknowledged: sndNxt runs ahead to the end of the
-	// message being sent, nextPSN is where sending stands.
-	inFlight := int(psnDiff(r.nextPSN, r.sb.sndUna))
-	if inFlight <= 0 || r.window()-inFlight >= burst {
+	if r.sb.pipe() == 0 || r.room(r.nextPSN, mtu) >= burst {
 		return false
 	}
 	queued := 0 // packets posted and not yet sent, up to a burst

@@ -184,6 +184,9 @@ func newDeferState(inFlight, queuedMessages int) deferState {
 	s.r.cc.init()
 	s.r.cc.cwnd = 200
 	s.r.sb.start(1000)
+	for i := range inFlight {
+		s.r.sb.sent(psnAdd(1000, i), 0, false)
+	}
 	s.r.nextPSN = psnAdd(1000, inFlight)
 	for i := range queuedMessages {
 		w := s.q.slot(uint64(i))
@@ -284,4 +287,22 @@ func TestRetryClockStartsWhenThePacketLeaves(t *testing.T) {
 	assert.Equal(t, t0+waited+qp.ackTimeout()*8, failAt, "retry_cnt 7: eight timeouts from the send")
 	rb.timer(t0 + waited + 1)
 	assert.Equal(t, QPSRTS, qp.State(), "no timeout has passed since the send")
+}
+
+// The window bounds the pipe, not the span from sndUna: a hole at sndUna,
+// whose resend takes an RTT, does not stop new packets while the
+// responder holds what followed it; the span stops at four windows.
+func TestWindowCountsThePipeNotTheSpan(t *testing.T) {
+	const mtu = 1024
+	s := newDeferState(32, 2)
+	s.r.cc.cwnd = 32
+	assert.Equal(t, 0, s.r.room(s.r.nextPSN, mtu), "32 packets in the network fill a window of 32")
+	s.r.sb.onSACK(sackOf(wire.SACKBlock{First: 1001, Count: 31}), 1_000_000, 0, func(int64) {})
+	assert.Equal(t, 31, s.r.room(s.r.nextPSN, mtu), "1000 is missing; the 31 held after it left the network")
+	for i := range 95 {
+		s.r.sb.sent(psnAdd(1032, i), 2_000_000, false)
+	}
+	s.r.nextPSN = psnAdd(1032, 95)
+	s.r.sb.onSACK(sackOf(wire.SACKBlock{First: 1001, Count: 126}), 3_000_000, 0, func(int64) {})
+	assert.Equal(t, 1, s.r.room(s.r.nextPSN, mtu), "the span reaches four windows (128) before the pipe fills")
 }

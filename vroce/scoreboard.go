@@ -43,6 +43,7 @@ type scoreboard struct {
 	highHeld   uint32     // highest PSN known received (ACK, SACK or response)
 	rackSentAt int64      // latest send time among PSNs known received
 	resends    int        // the sum of pktState.resends over [sndUna, sndMax)
+	arrivals   int        // PSNs in [sndUna, sndMax) done or held: out of the network
 	// rdRequests counts READ and atomic request packets whose responses
 	// are still awaited: what the responder holds resources for
 	// (max_rd_atomic bounds it, not the work requests, since a READ goes
@@ -68,7 +69,7 @@ func (s *scoreboard) start(psn uint32) {
 // delivered (a flush: the work requests are gone).
 func (s *scoreboard) reset(psn uint32) {
 	s.sndUna, s.sndMax = psn, psn
-	s.lostCount, s.resends, s.rdRequests = 0, 0, 0
+	s.lostCount, s.resends, s.rdRequests, s.arrivals = 0, 0, 0, 0
 }
 
 // pkt is the entry of psn, which must be in [sndUna, sndMax) or the next
@@ -96,6 +97,16 @@ func (s *scoreboard) pkt(psn uint32) *pktState {
 // alias a live entry of the ring.
 func (s *scoreboard) tracked(psn uint32) bool {
 	return psnDiff(psn, s.sndUna) >= 0 && psnDiff(psn, s.sndMax) < 0
+}
+
+// pipe is how many PSNs are in the network as far as the requester can
+// tell: sent and passed by sndUna, neither delivered nor held by the
+// responder nor presumed lost (RFC 6675's pipe). The window bounds this,
+// not the span from sndUna: a hole at sndUna would otherwise stop all
+// sending for the RTT its repair takes, and under a few percent of
+// random loss a window nearly always has one.
+func (s *scoreboard) pipe() int {
+	return max(s.inFlight()-s.arrivals-s.lostCount, 0)
 }
 
 // outstanding reports whether any sent PSN is not yet delivered.
@@ -206,6 +217,7 @@ func (s *scoreboard) abandon(psn uint32) {
 	st := s.pkt(psn)
 	st.lost, st.done = false, true
 	s.lostCount--
+	s.arrivals++
 }
 
 // ackResult is what a cumulative ACK told the scoreboard, for the RTT
@@ -225,8 +237,9 @@ type ackResult struct {
 
 // ackThrough records a cumulative ACK through psn at now: every SEND and
 // WRITE PSN up to it is delivered, and READ responses that should have
-// come before it by half an RTT (srtt) are lost.
-func (s *scoreboard) ackThrough(psn uint32, now, srtt int64) ackResult {
+// come before it by half an RTT (srtt) are lost. minRTT is the path's
+// least RTT (see resendArrived).
+func (s *scoreboard) ackThrough(psn uint32, now, srtt, minRTT int64) ackResult {
 	var res ackResult
 	if psnDiff(psn, s.sndUna) < 0 {
 		return res
@@ -253,37 +266,69 @@ func (s *scoreboard) ackThrough(psn uint32, now, srtt int64) ackResult {
 		case !st.held:
 			res.sampleSentAt = max(res.sampleSentAt, st.sentAt)
 		}
-		s.delivered(p)
+		s.deliver(p, st)
+	}
+	if last == psnAdd(psn, 1) {
+		s.resendArrived(s.pkt(psn), now, minRTT)
 	}
 	return res
 }
 
-// delivered marks psn delivered.
-func (s *scoreboard) delivered(psn uint32) {
-	st := s.pkt(psn)
-	if st.done {
-		return
+// delivered marks psn delivered on news of it alone, heard at now (a
+// READ response, an atomic ACK).
+func (s *scoreboard) delivered(psn uint32, now, minRTT int64) {
+	if st := s.pkt(psn); !st.done {
+		s.deliver(psn, st)
+		s.resendArrived(st, now, minRTT)
 	}
+}
+
+// deliver marks psn, whose state is st, delivered.
+func (s *scoreboard) deliver(psn uint32, st *pktState) {
 	if st.lost {
 		st.lost = false
 		s.lostCount--
 	}
+	if !st.held {
+		s.arrivals++
+	}
 	st.done = true
 	s.release(psn, st)
-	s.noteReceived(psn, st.sentAt)
+	s.noteReceived(psn, st)
 }
 
-// noteReceived updates the evidence loss detection compares against.
-func (s *scoreboard) noteReceived(psn uint32, sentAt int64) {
+// noteReceived updates the evidence loss detection compares against: the
+// responder has psn, whose state is st. A resent PSN's send time is
+// evidence only as resendArrived allows.
+func (s *scoreboard) noteReceived(psn uint32, st *pktState) {
 	if psnDiff(psn, s.highHeld) > 0 {
 		s.highHeld = psn
 	}
-	s.rackSentAt = max(s.rackSentAt, sentAt)
+	if !st.resent() {
+		s.rackSentAt = max(s.rackSentAt, st.sentAt)
+	}
 }
 
-// onSACK marks the PSNs the responder holds. Each newly held PSN sent only
-// once gives an RTT sample, its send time passed to sample in PSN order.
-func (s *scoreboard) onSACK(sack *wire.SACK, sample func(sentAt int64)) {
+// resendArrived takes a resent PSN's send time, st's, as evidence when
+// that PSN is the newest the news at now reports and the news came at
+// least minRTT after the resend (RACK's rule). An ACK that reports more
+// than the resend was most often sent before the resend arrived (the
+// copy it reports is the first, delayed behind a queue, as RTTs many
+// times the least one show): taking the resend's time from it marked
+// lost every packet sent before the resend and still on its way.
+func (s *scoreboard) resendArrived(st *pktState, now, minRTT int64) {
+	if st.done || st.held {
+		if st.resent() && now-st.sentAt >= minRTT {
+			s.rackSentAt = max(s.rackSentAt, st.sentAt)
+		}
+	}
+}
+
+// onSACK marks the PSNs the responder holds, heard of at now. Each newly
+// held PSN sent only once gives an RTT sample, its send time passed to
+// sample in PSN order.
+func (s *scoreboard) onSACK(sack *wire.SACK, now, minRTT int64, sample func(sentAt int64)) {
+	var newest *pktState
 	for _, blk := range sack.Blocks[:sack.N] {
 		for i := uint32(0); i < blk.Count && i < maxWindow; i++ {
 			p := psnAdd(blk.First, int(i))
@@ -292,9 +337,11 @@ func (s *scoreboard) onSACK(sack *wire.SACK, sample func(sentAt int64)) {
 			}
 			st := s.pkt(p)
 			if st.done || st.held {
+				newest = nil // the newest PSN reported was known already
 				continue
 			}
 			st.held = true
+			s.arrivals++
 			if st.lost {
 				st.lost = false
 				s.lostCount--
@@ -302,8 +349,12 @@ func (s *scoreboard) onSACK(sack *wire.SACK, sample func(sentAt int64)) {
 			if !st.resent() {
 				sample(st.sentAt)
 			}
-			s.noteReceived(p, st.sentAt)
+			s.noteReceived(p, st)
+			newest = st
 		}
+	}
+	if newest != nil {
+		s.resendArrived(newest, now, minRTT)
 	}
 }
 
@@ -312,17 +363,30 @@ func (s *scoreboard) onSACK(sack *wire.SACK, sample func(sentAt int64)) {
 // arrived, or three later PSNs sent no earlier than it have. A resent
 // packet is thus judged only by evidence newer than its resend, and a
 // window of a few packets still detects its losses without waiting for a
-// timeout. It returns how many it marked.
+// timeout. Time judges PSNs above the highest that arrived too: when a
+// whole flight is lost (one GSO datagram can be the whole window), the
+// probe's resend of its first PSN arrives alone, and its ACK shows that
+// the rest, sent before it, are gone; judged only below highHeld, each
+// probe repaired one packet and the flight took a probe per packet. It
+// returns how many it marked.
 func (s *scoreboard) detectLosses(srtt int64) int {
 	reorder := max(srtt/4, minReorder)
 	found := 0
-	for p := s.sndUna; p != s.sndMax && psnDiff(p, s.highHeld) < 0; p = psnAdd(p, 1) {
+	for p := s.sndUna; p != s.sndMax; p = psnAdd(p, 1) {
 		st := s.pkt(p)
 		if st.done || st.held || st.lost {
 			continue
 		}
-		bySeq := psnDiff(s.highHeld, p) >= lossThreshold && st.sentAt <= s.rackSentAt
-		if !bySeq && st.sentAt+reorder > s.rackSentAt {
+		byTime := st.sentAt+reorder <= s.rackSentAt
+		if psnDiff(p, s.highHeld) > 0 {
+			if byTime {
+				// judged by time alone, as below
+			} else if !st.resent() {
+				break // later PSNs were first sent later still
+			} else {
+				continue
+			}
+		} else if bySeq := psnDiff(s.highHeld, p) >= lossThreshold && st.sentAt <= s.rackSentAt; !bySeq && !byTime {
 			continue
 		}
 		s.markLost(p, st)
@@ -348,8 +412,17 @@ func (s *scoreboard) probe() uint32 {
 // markOneLost queues psn for resending, held by the responder or not.
 func (s *scoreboard) markOneLost(psn uint32) {
 	if st := s.pkt(psn); !st.done && !st.lost {
-		st.held = false
+		s.unhold(st)
 		s.markLost(psn, st)
+	}
+}
+
+// unhold forgets that the responder holds a PSN not yet delivered: it is
+// to be sent again whatever the SACK said.
+func (s *scoreboard) unhold(st *pktState) {
+	if st.held {
+		st.held = false
+		s.arrivals--
 	}
 }
 
@@ -361,7 +434,7 @@ func (s *scoreboard) markLostFrom(psn uint32) {
 	for p := psn; psnDiff(p, s.sndMax) < 0; p = psnAdd(p, 1) {
 		st := s.pkt(p)
 		if !st.done && !st.lost {
-			st.held = false
+			s.unhold(st)
 			s.markLost(p, st)
 		}
 	}
@@ -374,6 +447,7 @@ func (s *scoreboard) advance() int {
 	moved := 0
 	for s.sndUna != s.sndMax && s.pkt(s.sndUna).done {
 		s.resends -= int(s.pkt(s.sndUna).resends)
+		s.arrivals--
 		s.sndUna = psnAdd(s.sndUna, 1)
 		moved++
 	}

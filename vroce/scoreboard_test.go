@@ -51,7 +51,7 @@ func TestScoreboardSACKMarksHeldAndSamplesFirstSends(t *testing.T) {
 	s.markLost(104, s.pkt(104))
 	s.sent(105, 20_000, false) // resent: no sample
 	var samples []int64
-	s.onSACK(sackOf(wire.SACKBlock{First: 103, Count: 3}, wire.SACKBlock{First: 500, Count: 2}), func(at int64) { samples = append(samples, at) })
+	s.onSACK(sackOf(wire.SACKBlock{First: 103, Count: 3}, wire.SACKBlock{First: 500, Count: 2}), 1_000_000, 0, func(at int64) { samples = append(samples, at) })
 	assert.Equal(t, []int64{4000, 5000}, samples, "103 and 104 sent once; 105 resent; 500 never sent")
 	for psn := uint32(103); psn <= 105; psn++ {
 		assert.True(t, s.pkt(psn).held, "PSN %d held", psn)
@@ -74,7 +74,7 @@ func TestScoreboardDetectsLossesBySequenceAndByTime(t *testing.T) {
 	// them) above them; 2 and 3 only one or two, but 2 was sent 140 us
 	// before 4, more than the reorder window; 3, 10 us before, is not
 	// yet given up on.
-	s.onSACK(sackOf(wire.SACKBlock{First: 4, Count: 1}), func(int64) {})
+	s.onSACK(sackOf(wire.SACKBlock{First: 4, Count: 1}), 1_000_000, 0, func(int64) {})
 	assert.Equal(t, 3, s.detectLosses(srtt))
 	for psn, lost := range []bool{true, true, true, false, false, false} {
 		assert.Equal(t, lost, s.pkt(uint32(psn)).lost, "PSN %d", psn)
@@ -83,14 +83,14 @@ func TestScoreboardDetectsLossesBySequenceAndByTime(t *testing.T) {
 
 	// A resend is judged by evidence newer than itself.
 	s.sent(0, 300_000, false)
-	s.onSACK(sackOf(wire.SACKBlock{First: 5, Count: 1}), func(int64) {})
+	s.onSACK(sackOf(wire.SACKBlock{First: 5, Count: 1}), 1_000_000, 0, func(int64) {})
 	assert.Equal(t, 0, s.detectLosses(srtt), "5 was sent before 0's resend")
 	assert.False(t, s.pkt(0).lost)
 }
 
 func TestScoreboardNextLostResumesAndProbeTakesTheOldestUnconfirmed(t *testing.T) {
 	s := sentBoard(10, 8, everyMicrosecond)
-	s.onSACK(sackOf(wire.SACKBlock{First: 10, Count: 2}), func(int64) {})
+	s.onSACK(sackOf(wire.SACKBlock{First: 10, Count: 2}), 1_000_000, 0, func(int64) {})
 	assert.Equal(t, uint32(12), s.probe(), "10 and 11 are held: 12 is the oldest unconfirmed")
 	s.markLost(15, s.pkt(15))
 	psn, ok := s.nextLost()
@@ -122,9 +122,9 @@ func TestScoreboardAckThrough(t *testing.T) {
 	s.sent(4, 95_000, true) // a READ sent just before it
 	s.sent(5, 6000, false)
 	s.sent(3, 90_000, false) // resent
-	s.onSACK(sackOf(wire.SACKBlock{First: 2, Count: 1}), func(int64) {})
+	s.onSACK(sackOf(wire.SACKBlock{First: 2, Count: 1}), 1_000_000, 0, func(int64) {})
 
-	res := s.ackThrough(4, 100_000, 20_000)
+	res := s.ackThrough(4, 100_000, 20_000, 0)
 	assert.Equal(t, ackResult{sampleSentAt: 1000, resentSentAt: 90_000, readsLost: 1}, res,
 		"2 was held (sampled when SACKed); 3 resent; READ 1 due 10 us after the ACK's half RTT")
 	assert.True(t, s.pkt(1).lost)
@@ -133,7 +133,7 @@ func TestScoreboardAckThrough(t *testing.T) {
 		assert.Equal(t, done, s.pkt(uint32(psn)).done, "PSN %d", psn)
 	}
 	assert.Equal(t, 1, s.advance(), "sndUna stops at READ 1")
-	assert.Equal(t, ackResult{}, s.ackThrough(0xffffff, 100_000, 20_000), "an ACK below sndUna says nothing")
+	assert.Equal(t, ackResult{}, s.ackThrough(0xffffff, 100_000, 20_000, 0), "an ACK below sndUna says nothing")
 }
 
 // READ and atomic requests count against max_rd_atomic while any of their
@@ -151,12 +151,12 @@ func TestScoreboardCountsReadRequestsAwaited(t *testing.T) {
 	s.await(4, 4)
 	assert.Equal(t, 2, s.rdRequests)
 	for psn := range uint32(3) {
-		s.delivered(psn)
+		s.delivered(psn, 1_000_000, 0)
 	}
 	assert.Equal(t, 2, s.rdRequests, "PSN 3 is still awaited")
 	s.markLost(3, s.pkt(3)) // presumed lost: no longer awaited
 	assert.Equal(t, 1, s.rdRequests)
-	s.delivered(4)
+	s.delivered(4, 1_000_000, 0)
 	assert.Equal(t, 0, s.rdRequests)
 }
 
@@ -164,14 +164,82 @@ func TestScoreboardAdvanceLetsAnIdleWindowGo(t *testing.T) {
 	s := sentBoard(0, 200, everyMicrosecond)
 	s.sent(7, 300_000, false)
 	require.Len(t, s.pk, 256)
-	s.ackThrough(99, 400_000, 0)
+	s.ackThrough(99, 400_000, 0, 0)
 	assert.Equal(t, 100, s.advance())
 	assert.Equal(t, 0, s.resends, "the resend of 7 is passed")
 	assert.Len(t, s.pk, 256, "still in flight: kept")
-	s.ackThrough(199, 400_000, 0)
+	s.ackThrough(199, 400_000, 0, 0)
 	assert.Equal(t, 100, s.advance())
 	assert.False(t, s.outstanding())
 	assert.Nil(t, s.pk, "nothing in flight: a window's entries are let go")
 	assert.False(t, s.sent(200, 500_000, false), "and the next send starts afresh")
 	assert.Equal(t, 1, s.inFlight())
+}
+
+// A whole flight lost at once (one GSO datagram can carry the window):
+// the probe's resend of its first PSN arrives alone, and its ACK shows
+// that everything sent before the probe is gone, above the PSN it
+// delivered as much as below.
+func TestScoreboardAProbesACKShowsTheWholeFlightLost(t *testing.T) {
+	const srtt, minRTT = 100_000, 50_000
+	s := sentBoard(0, 30, everyMicrosecond) // sent within 30 us, all lost
+	s.sent(0, 500_000, false)               // the probe's resend
+	s.ackThrough(0, 600_000, srtt, minRTT)
+	s.advance()
+	assert.Equal(t, 29, s.detectLosses(srtt), "PSNs 1 to 29 were sent before the probe that arrived")
+	assert.Equal(t, 0, s.pipe(), "nothing is in the network")
+}
+
+// RACK's guard: news of a resent PSN sooner than the least RTT after its
+// resend is news of an earlier copy, and says nothing of what was sent
+// between the two.
+func TestScoreboardAResendAcknowledgedTooSoonIsNoEvidence(t *testing.T) {
+	const srtt, minRTT = 100_000, 50_000
+	s := sentBoard(0, 10, everyMicrosecond)
+	s.sent(0, 200_000, false) // resent, though the first copy is on its way
+	s.ackThrough(0, 210_000, srtt, minRTT)
+	s.advance()
+	assert.Equal(t, 0, s.detectLosses(srtt), "1 to 9 may still arrive")
+	assert.Equal(t, 9, s.pipe())
+
+	// Nor does an ACK that reports more than the resend: it was sent for
+	// the first copy, which came with those after it, delayed behind a
+	// queue, and the rest are on their way too.
+	s = sentBoard(0, 10, everyMicrosecond)
+	s.sent(0, 200_000, false)
+	s.ackThrough(4, 300_000, srtt, minRTT)
+	s.advance()
+	assert.Equal(t, 0, s.detectLosses(srtt), "5 to 9 may still arrive")
+	s.onSACK(sackOf(wire.SACKBlock{First: 0, Count: 1}, wire.SACKBlock{First: 6, Count: 1}), 300_000, minRTT, func(int64) {})
+	assert.Equal(t, 0, s.detectLosses(srtt), "a SACK of 6 sent once says 5 trails it by 1 us, within the reorder window")
+
+	// The positive control: the ACK of the resend alone, a least RTT
+	// after it.
+	s = sentBoard(0, 10, everyMicrosecond)
+	s.sent(0, 200_000, false)
+	s.ackThrough(0, 250_000, srtt, minRTT)
+	s.advance()
+	assert.Equal(t, 9, s.detectLosses(srtt))
+}
+
+// The pipe counts what is in the network: sent and neither delivered,
+// held nor presumed lost. A held PSN marked lost again returns to it
+// once resent.
+func TestScoreboardPipe(t *testing.T) {
+	s := sentBoard(0, 10, everyMicrosecond)
+	assert.Equal(t, 10, s.pipe())
+	s.onSACK(sackOf(wire.SACKBlock{First: 4, Count: 3}), 1_000_000, 0, func(int64) {})
+	assert.Equal(t, 7, s.pipe(), "4 to 6 held")
+	s.ackThrough(1, 1_000_000, 0, 0)
+	assert.Equal(t, 5, s.pipe(), "0 and 1 delivered")
+	assert.Equal(t, 2, s.advance())
+	assert.Equal(t, 5, s.pipe(), "passing delivered PSNs changes nothing")
+	s.markOneLost(5) // held, but to be resent (as an RNR NAK's PSN is)
+	assert.Equal(t, 5, s.pipe(), "marked lost: not in the network until resent")
+	s.sent(5, 2_000_000, false)
+	assert.Equal(t, 6, s.pipe())
+	s.ackThrough(9, 3_000_000, 0, 0)
+	assert.Equal(t, 8, s.advance())
+	assert.Equal(t, 0, s.pipe())
+	assert.Equal(t, 0, s.arrivals, "nothing in flight: nothing counted")
 }
