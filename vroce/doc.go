@@ -54,7 +54,9 @@
 // repeat negotiated): the responder holds requests that arrive ahead of
 // the PSN it expects, within bounds, and reports them in SACK blocks; the
 // requester resends only what is lost, found by SACKs, by RACK's timing or
-// by a probe, and the path's delay, not every loss, trims its window.
+// by a probe, keeps sending while it repairs (its window bounds the
+// packets in the network, not the span from the oldest hole), and the
+// path's delay, not every loss, trims its window.
 // With any other RoCE peer the QP behaves as rdma_rxe: the responder NAKs
 // the first gap and the requester goes back to it. Either way messages
 // segment at the path MTU, PSNs are 24-bit, the retransmission timer
