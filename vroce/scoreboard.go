@@ -11,6 +11,9 @@ import "vroce.dev/vroce/wire"
 // pktState is what the requester knows of one PSN in flight.
 type pktState struct {
 	sentAt int64
+	// order is the place of its latest send among all the QP's sends:
+	// what left in one pump shares sentAt, but not its order on the wire.
+	order uint64
 	// resends counts the times it was sent again: a resent PSN gives no
 	// RTT sample (Karn), and each resend is a copy the peer may still
 	// hold unread (a timeout's resends, most of all, are often of
@@ -42,6 +45,8 @@ type scoreboard struct {
 	lostFrom   uint32     // no PSN below it is marked lost
 	highHeld   uint32     // highest PSN known received (ACK, SACK or response)
 	rackSentAt int64      // latest send time among PSNs known received
+	rackOrder  uint64     // latest send order (pktState.order) among them
+	sends      uint64     // sends so far: the next send's order
 	resends    int        // the sum of pktState.resends over [sndUna, sndMax)
 	arrivals   int        // PSNs in [sndUna, sndMax) done or held: out of the network
 	// rdRequests counts READ and atomic request packets whose responses
@@ -143,7 +148,8 @@ func (s *scoreboard) sent(psn uint32, now int64, read bool) (resent bool) {
 		st.lost = false
 		s.lostCount--
 	}
-	st.sentAt = now
+	st.sentAt, st.order = now, s.sends
+	s.sends++
 	if resent && st.resends < 255 {
 		st.resends++
 		s.resends++
@@ -305,8 +311,15 @@ func (s *scoreboard) noteReceived(psn uint32, st *pktState) {
 		s.highHeld = psn
 	}
 	if !st.resent() {
-		s.rackSentAt = max(s.rackSentAt, st.sentAt)
+		s.noteSend(st)
 	}
+}
+
+// noteSend takes st's latest send as the newest known to have arrived, if
+// it is.
+func (s *scoreboard) noteSend(st *pktState) {
+	s.rackSentAt = max(s.rackSentAt, st.sentAt)
+	s.rackOrder = max(s.rackOrder, st.order)
 }
 
 // resendArrived takes a resent PSN's send time, st's, as evidence when
@@ -319,7 +332,7 @@ func (s *scoreboard) noteReceived(psn uint32, st *pktState) {
 func (s *scoreboard) resendArrived(st *pktState, now, minRTT int64) {
 	if st.done || st.held {
 		if st.resent() && now-st.sentAt >= minRTT {
-			s.rackSentAt = max(s.rackSentAt, st.sentAt)
+			s.noteSend(st)
 		}
 	}
 }
@@ -360,7 +373,11 @@ func (s *scoreboard) onSACK(sack *wire.SACK, now, minRTT int64, sample func(sent
 
 // detectLosses marks lost every PSN that later evidence says is gone, in
 // the manner of RACK: something sent a quarter RTT (srtt/4) after it has
-// arrived, or three later PSNs sent no earlier than it have. A resent
+// arrived, or three later PSNs have and something sent after it (in send
+// order, not time: a pump's packets share one timestamp, and a resend
+// followed on the wire by the next resend of the same pump is no
+// evidence that the next was lost; taken as such, every ACK that came
+// mid-burst resent the rest of the burst). A resent
 // packet is thus judged only by evidence newer than its resend, and a
 // window of a few packets still detects its losses without waiting for a
 // timeout. Time judges PSNs above the highest that arrived too: when a
@@ -386,7 +403,7 @@ func (s *scoreboard) detectLosses(srtt int64) int {
 			} else {
 				continue
 			}
-		} else if bySeq := psnDiff(s.highHeld, p) >= lossThreshold && st.sentAt <= s.rackSentAt; !bySeq && !byTime {
+		} else if bySeq := psnDiff(s.highHeld, p) >= lossThreshold && st.order < s.rackOrder; !bySeq && !byTime {
 			continue
 		}
 		s.markLost(p, st)

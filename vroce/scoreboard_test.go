@@ -243,3 +243,25 @@ func TestScoreboardPipe(t *testing.T) {
 	assert.Equal(t, 0, s.pipe())
 	assert.Equal(t, 0, s.arrivals, "nothing in flight: nothing counted")
 }
+
+// A pump's packets share one timestamp, so order on the wire, not time,
+// says which came after which: the ACK of the first resend of a pump is
+// no evidence that the resends behind it were lost.
+func TestScoreboardJudgesBySendOrderWithinAPump(t *testing.T) {
+	const srtt, minRTT = 100_000, 50_000
+	s := sentBoard(0, 20, everyMicrosecond)
+	s.onSACK(sackOf(wire.SACKBlock{First: 10, Count: 10}), 100_000, minRTT, func(int64) {})
+	require.Equal(t, 10, s.detectLosses(srtt), "0 to 9: ten later PSNs arrived")
+	for psn := range uint32(10) {
+		s.sent(psn, 500_000, false) // one pump resends them all
+	}
+	s.ackThrough(0, 600_000, srtt, minRTT)
+	s.advance()
+	assert.Equal(t, 0, s.detectLosses(srtt), "1 to 9 left after 0, in the same pump")
+
+	// The positive control: a resend from the middle of the pump
+	// arrives, and those sent before it in the pump are gone.
+	s.onSACK(sackOf(wire.SACKBlock{First: 5, Count: 1}), 600_000, minRTT, func(int64) {})
+	assert.Equal(t, 4, s.detectLosses(srtt), "1 to 4 left before 5")
+	assert.False(t, s.pkt(6).lost, "6 left after 5")
+}
