@@ -14,8 +14,9 @@ import (
 // held and reported in the SACK blocks of the ACK it owes, when selective
 // repeat was negotiated (held.go bounds what it holds); otherwise it is
 // NAKed as out of sequence and dropped, as rxe does (go-back-N). The ACK
-// it owes is coalesced to one per receive batch (rxbatch.go) and may ride
-// on a request of ours (piggyback).
+// it owes is coalesced within a receive batch (rxbatch.go), answering at
+// most two requests for one (ackRequested), and may ride on a request of
+// ours (piggyback).
 
 type responder struct {
 	ePSN    uint32 // the PSN expected next
@@ -38,6 +39,7 @@ type responder struct {
 	dupReadTokens, dupReadAt int64
 
 	ackPending bool // a coalesced ACK is owed
+	asked      int  // requests for an ACK the owed one answers (ackRequested)
 	ackQueued  bool // the QP is on the receive batch's ACK list
 	// replies predicts that the program answers what this QP receives
 	// before it waits again, so that a waiter holding the receive turn
@@ -331,7 +333,7 @@ func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch) {
 	}
 	r.ePSN = psnAdd(r.ePSN, 1)
 	if p.BTH.AckReq {
-		r.owesAck(qp, rb)
+		r.ackRequested(qp, rb)
 	}
 }
 
@@ -483,6 +485,25 @@ func (r *responder) owesAck(qp *QP, rb *rxBatch) {
 	rb.oweAck(qp)
 }
 
+// ackAnswersAtMost is how many requests for an ACK one coalesced ACK
+// answers; the one that makes it that many sends it at once.
+const ackAnswersAtMost = 2
+
+// ackRequested owes the ACK a request asked for. The requester asks four
+// times a window (ackInterval), and a receive batch can hold a whole
+// window: coalesced to one ACK, whose loss (one in twenty under 5% loss)
+// left the requester nothing to go on until its loss probe, two RTTs on.
+// So, as TCP acknowledges every second segment, every second request
+// sends the ACK at once, leaving with what the batch has produced so far;
+// the batch's end sends the rest.
+func (r *responder) ackRequested(qp *QP, rb *rxBatch) {
+	r.owesAck(qp, rb)
+	if r.asked++; r.asked >= ackAnswersAtMost {
+		qp.sendOwedAckLocked(rb.out)
+		qp.dev.transmit(rb.out)
+	}
+}
+
 // owed is the cumulative ACK the responder owes, as the requester's
 // completer takes it: every request through ePSN-1 executed, and the MSN.
 // Its SACK blocks are the sender's to add (sendOwedAckLocked).
@@ -503,7 +524,7 @@ func (qp *QP) sendOwedAckLocked(out *txBatch) {
 	r := &qp.resp
 	// A QP moving to ERR sends what it owes first (toErrorLocked).
 	if r.ackPending && qp.state != QPSErr && qp.state != QPSReset {
-		r.ackPending = false
+		r.ackPending, r.asked = false, 0
 		r.ackedAlone = true
 		var s wire.SACK
 		if r.dupOwed {
@@ -532,7 +553,7 @@ func (r *responder) piggyback(qp *QP, p *wire.Packet) {
 	if !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || r.dupOwed || !p.BTH.Opcode.CanCarryPiggyACK() {
 		return
 	}
-	r.ackPending = false
+	r.ackPending, r.asked = false, 0
 	a := r.owed()
 	p.BTH.PiggyACK = true
 	p.Piggy = wire.PiggyACK{PSN: a.psn, AETH: a.aeth}

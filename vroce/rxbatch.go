@@ -4,7 +4,8 @@ package vroce
 // their QPs by whoever holds the receive turn (the device's receive
 // goroutine, or a goroutine waiting on a CQ or a Signal; turn.go). It
 // owes, when it ends: the ACKs its requests asked for, coalesced to one
-// per QP; the completion handlers it made due; and, when it woke a
+// per QP (but for every second request, answered at once:
+// responder.ackRequested); the completion handlers it made due; and, when it woke a
 // goroutine whose reply could carry an ACK, a yield to that goroutine.
 // The responses it produced (ACKs, READ responses, NAKs) go out in its
 // send batch, at the latest when it ends.
