@@ -179,10 +179,10 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 // detectLosses marks lost what the scoreboard's evidence says is gone and
 // tells loss recovery and the congestion controller.
 func (r *requester) detectLosses(qp *QP, now int64) {
-	if found := r.sb.detectLosses(r.rec.rtt.SRTT); found > 0 {
+	if found, runs := r.sb.detectLosses(r.rec.rtt.SRTT); found > 0 {
 		r.rec.lossProven(now)
 		qp.stats.FastRetransmits++
-		r.cc.onLoss(found, r.rec.rtt.SRTT, now)
+		r.cc.onLoss(runs, r.rec.rtt.SRTT, now)
 	}
 }
 

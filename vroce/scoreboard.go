@@ -385,10 +385,11 @@ func (s *scoreboard) onSACK(sack *wire.SACK, now, minRTT int64, sample func(sent
 // probe's resend of its first PSN arrives alone, and its ACK shows that
 // the rest, sent before it, are gone; judged only below highHeld, each
 // probe repaired one packet and the flight took a probe per packet. It
-// returns how many it marked.
-func (s *scoreboard) detectLosses(srtt int64) int {
+// returns how many PSNs it marked, and in how many runs of consecutive
+// ones (see congestion.onLoss).
+func (s *scoreboard) detectLosses(srtt int64) (found, runs int) {
 	reorder := max(srtt/4, minReorder)
-	found := 0
+	var last uint32 // the last PSN marked, when found > 0
 	for p := s.sndUna; p != s.sndMax; p = psnAdd(p, 1) {
 		st := s.pkt(p)
 		if st.done || st.held || st.lost {
@@ -407,9 +408,12 @@ func (s *scoreboard) detectLosses(srtt int64) int {
 			continue
 		}
 		s.markLost(p, st)
-		found++
+		if found == 0 || p != psnAdd(last, 1) {
+			runs++
+		}
+		found, last = found+1, p
 	}
-	return found
+	return found, runs
 }
 
 // probe queues for resending the oldest PSN neither delivered nor held,

@@ -75,16 +75,16 @@ func TestScoreboardDetectsLossesBySequenceAndByTime(t *testing.T) {
 	// before 4, more than the reorder window; 3, 10 us before, is not
 	// yet given up on.
 	s.onSACK(sackOf(wire.SACKBlock{First: 4, Count: 1}), 1_000_000, 0, func(int64) {})
-	assert.Equal(t, 3, s.detectLosses(srtt))
+	assert.Equal(t, 3, lostPackets(s.detectLosses(srtt)))
 	for psn, lost := range []bool{true, true, true, false, false, false} {
 		assert.Equal(t, lost, s.pkt(uint32(psn)).lost, "PSN %d", psn)
 	}
-	assert.Equal(t, 0, s.detectLosses(srtt), "nothing new: nothing more is lost")
+	assert.Equal(t, 0, lostPackets(s.detectLosses(srtt)), "nothing new: nothing more is lost")
 
 	// A resend is judged by evidence newer than itself.
 	s.sent(0, 300_000, false)
 	s.onSACK(sackOf(wire.SACKBlock{First: 5, Count: 1}), 1_000_000, 0, func(int64) {})
-	assert.Equal(t, 0, s.detectLosses(srtt), "5 was sent before 0's resend")
+	assert.Equal(t, 0, lostPackets(s.detectLosses(srtt)), "5 was sent before 0's resend")
 	assert.False(t, s.pkt(0).lost)
 }
 
@@ -186,7 +186,7 @@ func TestScoreboardAProbesACKShowsTheWholeFlightLost(t *testing.T) {
 	s.sent(0, 500_000, false)               // the probe's resend
 	s.ackThrough(0, 600_000, srtt, minRTT)
 	s.advance()
-	assert.Equal(t, 29, s.detectLosses(srtt), "PSNs 1 to 29 were sent before the probe that arrived")
+	assert.Equal(t, 29, lostPackets(s.detectLosses(srtt)), "PSNs 1 to 29 were sent before the probe that arrived")
 	assert.Equal(t, 0, s.pipe(), "nothing is in the network")
 }
 
@@ -199,7 +199,7 @@ func TestScoreboardAResendAcknowledgedTooSoonIsNoEvidence(t *testing.T) {
 	s.sent(0, 200_000, false) // resent, though the first copy is on its way
 	s.ackThrough(0, 210_000, srtt, minRTT)
 	s.advance()
-	assert.Equal(t, 0, s.detectLosses(srtt), "1 to 9 may still arrive")
+	assert.Equal(t, 0, lostPackets(s.detectLosses(srtt)), "1 to 9 may still arrive")
 	assert.Equal(t, 9, s.pipe())
 
 	// Nor does an ACK that reports more than the resend: it was sent for
@@ -209,9 +209,9 @@ func TestScoreboardAResendAcknowledgedTooSoonIsNoEvidence(t *testing.T) {
 	s.sent(0, 200_000, false)
 	s.ackThrough(4, 300_000, srtt, minRTT)
 	s.advance()
-	assert.Equal(t, 0, s.detectLosses(srtt), "5 to 9 may still arrive")
+	assert.Equal(t, 0, lostPackets(s.detectLosses(srtt)), "5 to 9 may still arrive")
 	s.onSACK(sackOf(wire.SACKBlock{First: 0, Count: 1}, wire.SACKBlock{First: 6, Count: 1}), 300_000, minRTT, func(int64) {})
-	assert.Equal(t, 0, s.detectLosses(srtt), "a SACK of 6 sent once says 5 trails it by 1 us, within the reorder window")
+	assert.Equal(t, 0, lostPackets(s.detectLosses(srtt)), "a SACK of 6 sent once says 5 trails it by 1 us, within the reorder window")
 
 	// The positive control: the ACK of the resend alone, a least RTT
 	// after it.
@@ -219,7 +219,7 @@ func TestScoreboardAResendAcknowledgedTooSoonIsNoEvidence(t *testing.T) {
 	s.sent(0, 200_000, false)
 	s.ackThrough(0, 250_000, srtt, minRTT)
 	s.advance()
-	assert.Equal(t, 9, s.detectLosses(srtt))
+	assert.Equal(t, 9, lostPackets(s.detectLosses(srtt)))
 }
 
 // The pipe counts what is in the network: sent and neither delivered,
@@ -251,17 +251,31 @@ func TestScoreboardJudgesBySendOrderWithinAPump(t *testing.T) {
 	const srtt, minRTT = 100_000, 50_000
 	s := sentBoard(0, 20, everyMicrosecond)
 	s.onSACK(sackOf(wire.SACKBlock{First: 10, Count: 10}), 100_000, minRTT, func(int64) {})
-	require.Equal(t, 10, s.detectLosses(srtt), "0 to 9: ten later PSNs arrived")
+	require.Equal(t, 10, lostPackets(s.detectLosses(srtt)), "0 to 9: ten later PSNs arrived")
 	for psn := range uint32(10) {
 		s.sent(psn, 500_000, false) // one pump resends them all
 	}
 	s.ackThrough(0, 600_000, srtt, minRTT)
 	s.advance()
-	assert.Equal(t, 0, s.detectLosses(srtt), "1 to 9 left after 0, in the same pump")
+	assert.Equal(t, 0, lostPackets(s.detectLosses(srtt)), "1 to 9 left after 0, in the same pump")
 
 	// The positive control: a resend from the middle of the pump
 	// arrives, and those sent before it in the pump are gone.
 	s.onSACK(sackOf(wire.SACKBlock{First: 5, Count: 1}), 600_000, minRTT, func(int64) {})
-	assert.Equal(t, 4, s.detectLosses(srtt), "1 to 4 left before 5")
+	assert.Equal(t, 4, lostPackets(s.detectLosses(srtt)), "1 to 4 left before 5")
 	assert.False(t, s.pkt(6).lost, "6 left after 5")
+}
+
+// lostPackets is detectLosses' count of PSNs.
+func lostPackets(found, _ int) int { return found }
+
+// Losses are counted as runs of consecutive PSNs too: a segmented
+// datagram dropped whole is one event however many packets it carried.
+func TestScoreboardCountsLossRuns(t *testing.T) {
+	const srtt = 400_000
+	s := sentBoard(0, 12, everyMicrosecond)
+	s.onSACK(sackOf(wire.SACKBlock{First: 3, Count: 2}, wire.SACKBlock{First: 8, Count: 4}), 1_000_000, 0, func(int64) {})
+	found, runs := s.detectLosses(srtt)
+	assert.Equal(t, 6, found, "0 to 2 and 5 to 7")
+	assert.Equal(t, 2, runs)
 }
