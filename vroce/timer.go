@@ -140,6 +140,7 @@ func (d *Device) timerLoop() {
 		}
 		due = due[:0]
 		t.mu.Lock()
+		t.dropStaleLocked()
 		t.armed = idleDeadline
 		if t.h.Len() > 0 {
 			t.armed = t.h.Min().at
@@ -150,6 +151,22 @@ func (d *Device) timerLoop() {
 			return
 		}
 		t.clock.Wait()
+	}
+}
+
+// dropStaleLocked pops the superseded and dropped entries (unschedule)
+// at the top of the heap, so that the clock is armed for a live one. A
+// QP in a ping-pong leaves a dropped loss-probe entry per message, a
+// message apart: armed for each in turn, the timer goroutine woke once a
+// message to pop it (a thread woken, a timerfd re-armed: as many wakes
+// as the ping-pong's own). Popped here, it wakes once per live deadline.
+func (t *timerQueue) dropStaleLocked() {
+	for t.h.Len() > 0 {
+		e := t.h.Min()
+		if e.qp == nil && t.turnAt.Load() == e.at || e.qp != nil && e.qp.timerAt.Load() == e.at {
+			return
+		}
+		t.h.Pop()
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"vroce.dev/internal/minheap"
 )
 
 // A QP whose last packet is acknowledged drops its pending deadline (its
@@ -31,4 +33,31 @@ func TestIdleQPDropsItsDeadlineButKeepsAWakeOwed(t *testing.T) {
 	qp.onTimer() // the timer runs it: the wake is served
 	assert.False(t, qp.wakeOwed.Load())
 	assert.Zero(t, qp.timerAt.Load(), "served, and idle again: dropped")
+}
+
+// A QP in a ping-pong leaves a dropped probe entry per message, a message
+// apart. The timer goroutine arms its clock past them, for the next live
+// deadline, instead of waking for each in turn.
+func TestTimerArmsPastDroppedEntries(t *testing.T) {
+	q := timerQueue{h: minheap.New(earlier, nil)} // no clock: entries are pushed as scheduleLocked does
+	a, b := &QP{}, &QP{}
+	live := func(qp *QP, at int64) {
+		q.h.Push(timerEntry{at: at, qp: qp})
+		qp.timerAt.Store(at)
+	}
+	for i := range int64(10) { // a's entries, each dropped by the next message's ACK
+		live(a, 1000+i*80)
+	}
+	live(b, 1500)
+	q.dropStaleLocked()
+	require.Positive(t, q.h.Len())
+	assert.Equal(t, int64(1500), q.h.Min().at, "b's deadline comes before a's live one (1720)")
+	q.h.Pop()
+	q.dropStaleLocked()
+	assert.Equal(t, int64(1720), q.h.Min().at, "a's last entry is its live one")
+
+	// The positive control: a live entry at the top stays.
+	live(a, 1100)
+	q.dropStaleLocked()
+	assert.Equal(t, int64(1100), q.h.Min().at)
 }
