@@ -88,7 +88,12 @@ func (r *requester) settle(qp *QP, una uint32, lost int, now int64) {
 	r.advance(qp, now)
 	r.retire(qp)
 	if r.sb.sndUna != una || r.sb.lostCount != lost {
-		qp.kickAt(now) // the window moved or a retransmission is due
+		// The window moved or a retransmission is due.
+		if qp.rx != nil {
+			qp.pumpInto(qp.rx, now)
+		} else {
+			qp.kickAt(now)
+		}
 	}
 	qp.checkDrained()
 }

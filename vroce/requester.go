@@ -155,6 +155,10 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 	if qp.state == QPSErr || r.rnrWait {
 		return
 	}
+	if qp.txHeld != nil && qp.txHeld != b {
+		qp.kickOwed = true // after the receive batch holding our packets
+		return
+	}
 	q := &qp.sq
 	for {
 		psn, ok := r.sb.nextLost()

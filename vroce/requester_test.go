@@ -306,3 +306,34 @@ func TestWindowCountsThePipeNotTheSpan(t *testing.T) {
 	s.r.sb.onSACK(sackOf(wire.SACKBlock{First: 1001, Count: 126}), 3_000_000, 0, func(int64) {})
 	assert.Equal(t, 1, s.r.room(s.r.nextPSN, mtu), "the span reaches four windows (128) before the pipe fills")
 }
+
+// The sends an ACK clocks out join the receive batch that brought it and
+// leave when the batch ends, with its ACKs and other QPs' sends, in one
+// provider call. A pump on another goroutine meanwhile waits for the
+// batch, or its packets would leave before the held ones.
+func TestSendsClockedByAReceiveBatchLeaveWithIt(t *testing.T) {
+	rb := newRequesterBench(t)
+	qp, d := rb.qp, rb.qp.dev
+	rb.write(t, 32<<10, t0) // 32 packets, a window of 16
+	require.Equal(t, psnRange(benchSQPSN, 16), psns(rb.sink.take()))
+
+	rxb := &rxBatch{out: d.getBatch()}
+	qp.mu.Lock()
+	qp.rx = rxb
+	qp.req.onAck(qp, ackThrough(psnAdd(benchSQPSN, 7)), t0+100_000)
+	qp.rx = nil
+	qp.mu.Unlock()
+	assert.Empty(t, rb.sink.take(), "the eight sends the ACK allowed wait in the batch")
+	assert.Len(t, rxb.out.pkts, 8)
+
+	qp.mu.Lock()
+	qp.req.cc.cwnd = 64 // room for everything: the post below could send at once
+	qp.mu.Unlock()
+	rb.write(t, 1024, t0+100_000) // another goroutine posts, and pumps
+	assert.Empty(t, rb.sink.take(), "its pump waits for the batch")
+
+	d.settle(rxb, false)
+	d.putBatch(rxb.out)
+	assert.Equal(t, psnRange(psnAdd(benchSQPSN, 16), 17), psns(rb.sink.take()),
+		"the batch's sends, then the rest of the first WRITE and the second, in PSN order")
+}

@@ -13,10 +13,12 @@ package vroce
 // rxBatch is what a receive batch owes until it ends, and its send
 // batch. Owned by the holder of the receive turn.
 type rxBatch struct {
-	out   *txBatch // the responses and ACKs it sends
-	acks  []*QP    // QPs owing a coalesced ACK (responder.ackQueued)
-	piggy bool     // one of them could piggyback it on a reply
-	due   []*CQ    // completion handlers it made due (scratch, reused)
+	out  *txBatch // the responses and ACKs it sends
+	acks []*QP    // QPs owing a coalesced ACK (responder.ackQueued)
+	// QPs whose sends out holds (QP.pumpInto), released when it is sent
+	pumped []*QP
+	piggy  bool  // one of them could piggyback it on a reply
+	due    []*CQ // completion handlers it made due (scratch, reused)
 }
 
 // oweAck queues qp's coalesced ACK, under qp.mu: it is sent when the
@@ -64,6 +66,17 @@ func (d *Device) settle(rb *rxBatch, keep bool) {
 	}
 	rb.acks = kept
 	d.transmit(rb.out)
+	d.releaseHeld(rb)
+}
+
+// releaseHeld lets the QPs whose packets rb.out held, now sent, pump
+// again from any goroutine.
+func (d *Device) releaseHeld(rb *rxBatch) {
+	for i, qp := range rb.pumped {
+		rb.pumped[i] = nil
+		qp.releaseHeld()
+	}
+	rb.pumped = rb.pumped[:0]
 }
 
 // sendLeftOwed sends the ACKs a holder of the turn left owed (taken into
