@@ -43,9 +43,10 @@ func (p *recordingProvider) acks(t *testing.T) []uint32 {
 }
 
 // One receive batch can hold a whole window. Its requests for an ACK are
-// answered every second one, at once, not all by one ACK at the batch's
-// end, whose loss would leave the requester waiting for a probe.
-func TestEverySecondRequestForAnACKIsAnsweredAtOnce(t *testing.T) {
+// answered every second one, each ACK a datagram of its own, not all by
+// one ACK at the batch's end, whose loss would leave the requester
+// waiting for a probe.
+func TestEverySecondRequestForAnACKIsAnswered(t *testing.T) {
 	const rqPSN = 100
 	for _, c := range []struct {
 		name  string
