@@ -65,7 +65,7 @@ func needGuest(t *testing.T) *guest {
 
 // hostServer starts vroce-perf as a server in the namespace and waits
 // until it listens.
-func hostServer(t *testing.T, g *guest, args ...string) (wait func() string) {
+func hostServer(t *testing.T, g *guest, args ...string) (wait func() (string, error)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	cmd := g.host(ctx, args...)
@@ -90,27 +90,25 @@ func hostServer(t *testing.T, g *guest, args ...string) (wait func() string) {
 	case <-ctx.Done():
 		t.Fatalf("vroce-perf %v did not listen", args)
 	}
-	return func() string {
-		t.Helper()
+	return func() (string, error) {
 		err := cmd.Wait()
 		cancel()
 		if err != nil {
-			t.Errorf("vroce-perf %v: %v\n%s%s", args, err, out.String(), errOut.String())
+			return out.String(), fmt.Errorf("vroce-perf %v: %w\n%s%s", args, err, out.String(), errOut.String())
 		}
-		return out.String()
+		return out.String(), nil
 	}
 }
 
 // hostClient runs vroce-perf as a client in the namespace.
-func hostClient(t *testing.T, g *guest, args ...string) string {
-	t.Helper()
+func hostClient(g *guest, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	out, err := g.host(ctx, args...).CombinedOutput()
 	if err != nil {
-		t.Errorf("vroce-perf %v: %v\n%s", args, err, out)
+		return string(out), fmt.Errorf("vroce-perf %v: %w\n%s", args, err, out)
 	}
-	return string(out)
+	return string(out), nil
 }
 
 // delta is what rxe's counters moved by.
@@ -160,19 +158,29 @@ func bothWays(t *testing.T, g *guest, e exchange) {
 // runExchange runs e one way: the guest as server, or as client.
 func runExchange(t *testing.T, g *guest, e exchange, guestServes bool) {
 	t.Helper()
-	before := g.counters(t)
 	var rc int
 	var gout, out string
-	if guestServes {
-		srv := g.start(t, e.guest)
-		g.waitListening(t, e.port)
-		out = hostClient(t, g, append(append([]string(nil), e.host...), guestIP)...)
-		rc, gout = srv.wait(t, 60*time.Second)
-	} else {
-		wait := hostServer(t, g, e.host...)
-		rc, gout = g.start(t, e.guest+" "+hostIP).wait(t, 60*time.Second)
-		out = wait()
+	var hostErr error
+	var before map[string]int
+	for try := 1; ; try++ {
+		before = g.counters(t)
+		if guestServes {
+			srv := g.start(t, e.guest)
+			g.waitListening(t, e.port)
+			out, hostErr = hostClient(g, append(append([]string(nil), e.host...), guestIP)...)
+			rc, gout = srv.wait(t, 60*time.Second)
+		} else {
+			wait := hostServer(t, g, e.host...)
+			rc, gout = g.start(t, e.guest+" "+hostIP).wait(t, 60*time.Second)
+			out, hostErr = wait()
+		}
+		if rc == 0 || try == 2 || !perftestClockFailed(gout) {
+			break
+		}
+		// vroce-perf then saw the tool hang up before its report.
+		t.Logf("%s could not time itself in the guest (its CPU clock calibration failed); once more:\n%s", e.guest, gout)
 	}
+	assert.NoError(t, hostErr)
 	require.Equal(t, 0, rc, "%s:\n%s\nvroce-perf:\n%s", e.guest, gout, out)
 	if e.sends != 0 || e.recvs != 0 {
 		checkRxe(t, delta(before, g.counters(t)), e.sends, e.recvs)
@@ -180,6 +188,15 @@ func runExchange(t *testing.T, g *guest, e exchange, guestServes bool) {
 	if e.check != nil {
 		e.check(t, guestServes, gout, out)
 	}
+}
+
+// perftestClockFailed reports whether a perftest tool gave up because
+// it could not calibrate its cycle counter against the clock, which a
+// guest's vCPU, stalled by the host, makes fail now and then ("r^2 <
+// 0.9"): a fault of the tool's timing, not of the exchange, and the one
+// failure runExchange tries again.
+func perftestClockFailed(out string) bool {
+	return strings.Contains(out, "Correlation coefficient") && strings.Contains(out, "Can't produce a report")
 }
 
 // pingpong is the ibv_*_pingpong case with these arguments on both ends.
