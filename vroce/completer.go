@@ -88,12 +88,7 @@ func (r *requester) settle(qp *QP, una uint32, lost int, now int64) {
 	r.advance(qp, now)
 	r.retire(qp)
 	if r.sb.sndUna != una || r.sb.lostCount != lost {
-		// The window moved or a retransmission is due.
-		if qp.rx != nil {
-			qp.pumpInto(qp.rx, now)
-		} else {
-			qp.kickAt(now)
-		}
+		qp.kickAt(now) // the window moved or a retransmission is due
 	}
 	qp.checkDrained()
 }

@@ -454,11 +454,16 @@ func (qp *QP) releaseHeld() {
 	}
 }
 
-// kick sends what the send queue can send now, under qp.mu.
+// kick sends what the send queue can send now, under qp.mu: into the
+// receive batch the QP is handling a packet of, if it is (pumpInto).
 func (qp *QP) kick() { qp.kickAt(qp.dev.now()) }
 
 // kickAt is kick for a caller that has just read the clock.
 func (qp *QP) kickAt(now int64) {
+	if qp.rx != nil {
+		qp.pumpInto(qp.rx, now)
+		return
+	}
 	b := qp.dev.getBatch()
 	if qp.typ == UD {
 		qp.pumpUD(b)
