@@ -397,11 +397,10 @@ func (s *scoreboard) detectLosses(srtt int64) (found, runs int) {
 		}
 		byTime := st.sentAt+reorder <= s.rackSentAt
 		if psnDiff(p, s.highHeld) > 0 {
-			if byTime {
-				// judged by time alone, as below
-			} else if !st.resent() {
-				break // later PSNs were first sent later still
-			} else {
+			if !byTime { // above highHeld, time alone judges
+				if !st.resent() {
+					break // later PSNs were first sent later still
+				}
 				continue
 			}
 		} else if bySeq := psnDiff(s.highHeld, p) >= lossThreshold && st.order < s.rackOrder; !bySeq && !byTime {
