@@ -2,7 +2,6 @@ package vroce
 
 import (
 	"net/netip"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,32 +10,12 @@ import (
 	"vroce.dev/vroce/wire"
 )
 
-// recordingProvider is nullProvider keeping what is sent.
-type recordingProvider struct {
-	nullProvider
-	mu   sync.Mutex
-	sent [][]byte
-}
-
-func (p *recordingProvider) Send(pkts []Packet) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := range pkts {
-		p.sent = append(p.sent, pkts[i].AppendTo(nil))
-	}
-	return nil
-}
-
-// acks returns the PSNs of the ACKs sent so far.
-func (p *recordingProvider) acks(t *testing.T) []uint32 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// ackPSNs are the PSNs of the ACKs among pkts.
+func ackPSNs(pkts []wire.Packet) []uint32 {
 	var psns []uint32
-	for _, b := range p.sent {
-		var pkt wire.Packet
-		require.NoError(t, wire.Parse(&pkt, b))
-		if pkt.BTH.Opcode == wire.RCAcknowledge {
-			psns = append(psns, pkt.BTH.PSN)
+	for _, p := range pkts {
+		if p.BTH.Opcode == wire.RCAcknowledge {
+			psns = append(psns, p.BTH.PSN)
 		}
 	}
 	return psns
@@ -57,7 +36,7 @@ func TestEverySecondRequestForAnACKIsAnswered(t *testing.T) {
 		{"only the last asks", 8, []uint32{rqPSN + 7}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			prov := &recordingProvider{nullProvider: nullProvider{done: make(chan struct{})}}
+			prov := &sinkProvider{done: make(chan struct{})}
 			d, err := OpenWithProvider(prov, Config{})
 			require.NoError(t, err)
 			defer d.Close()
@@ -96,7 +75,7 @@ func TestEverySecondRequestForAnACKIsAnswered(t *testing.T) {
 			}
 			d.settle(rb, false)
 			d.putBatch(rb.out)
-			assert.Equal(t, c.want, prov.acks(t))
+			assert.Equal(t, c.want, ackPSNs(prov.take()))
 		})
 	}
 }
