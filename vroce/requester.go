@@ -382,7 +382,11 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 		trailer = wire.PiggyACKLen
 	}
 	hl, _ := p.EncodeHeaders(buf, n)
-	if body, ok := w.lendable(k*mtu, n); ok {
+	// A packet that waits in a receive batch (QP.pumpInto) leaves after
+	// the QP's lock is let go, when its work request may have completed
+	// (an ACK later in the batch for a resend, a flush) and its memory be
+	// the application's to write again: it carries a copy, not a loan.
+	if body, ok := w.lendable(k*mtu, n); ok && qp.rx == nil {
 		if trailer > 0 {
 			p.Piggy.Put(buf[hl:])
 		}
