@@ -160,10 +160,11 @@ func pipeQPsWith(t *testing.T, wrap func(*pipeProvider) Provider) (a, b pipeEnd)
 // sinkProvider keeps what a device sends and never receives: a requester
 // on it hears only what the test tells it.
 type sinkProvider struct {
-	mu   sync.Mutex
-	sent []wire.Packet
-	done chan struct{}
-	once sync.Once
+	mu    sync.Mutex
+	sent  []wire.Packet
+	sizes []int // the length of each packet in sent
+	done  chan struct{}
+	once  sync.Once
 }
 
 func (p *sinkProvider) Recv([]Packet) (int, error) { <-p.done; return 0, net.ErrClosed }
@@ -176,6 +177,7 @@ func (p *sinkProvider) Send(pkts []Packet) error {
 			return err
 		}
 		p.sent = append(p.sent, w)
+		p.sizes = append(p.sizes, pk.Len())
 	}
 	return nil
 }
@@ -189,6 +191,15 @@ func (p *sinkProvider) take() []wire.Packet {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	sent := p.sent
-	p.sent = nil
+	p.sent, p.sizes = nil, nil
 	return sent
+}
+
+// takeSized is take with the length of each packet on the wire.
+func (p *sinkProvider) takeSized() ([]wire.Packet, []int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sent, sizes := p.sent, p.sizes
+	p.sent, p.sizes = nil, nil
+	return sent, sizes
 }

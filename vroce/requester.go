@@ -322,6 +322,23 @@ func (r *requester) failAt(qp *QP) int64 {
 	return r.progressAt + t*(int64(qp.attr.RetryCnt)+1)
 }
 
+// ackRidesHere reports whether an owed ACK may ride on w's packet k (at
+// psn), or should wait for a later packet of the message. A GSO datagram
+// carries segments of one size, the last of them perhaps shorter, so the
+// 8 bytes of a piggybacked ACK on a SEND's FIRST (or a MIDDLE) split its
+// message into two datagrams, and the peer wakes for each. The LAST is
+// the shorter end of its run anyway: the ACK waits for it when it leaves
+// in this pump. A FIRST with a RETH differs in size anyway, and a resend
+// goes alone: those carry it at once.
+func (r *requester) ackRidesHere(w *sendWQE, k int, psn uint32, mtu int) bool {
+	after := w.npsn - k - 1 // the message's packets after this one
+	if after == 0 || k == 0 && w.op.isWrite() || psnDiff(psn, r.sb.sndMax) < 0 {
+		return true
+	}
+	// This packet is not in the pipe yet: one less for those after it.
+	return r.room(psnAdd(psn, 1), mtu)-1 < after
+}
+
 // emit builds and queues the packet of w at psn and returns the PSN after
 // it. A READ request covers the rest of its 64-packet chunk, or, resent,
 // the run of missing responses from psn, within the window.
@@ -376,7 +393,7 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 			p.Imm = w.imm
 		}
 	}
-	qp.resp.piggyback(qp, &p)
+	qp.resp.piggyback(qp, &p, r.ackRidesHere(w, k, psn, mtu))
 	trailer := 0
 	if p.BTH.PiggyACK {
 		trailer = wire.PiggyACKLen

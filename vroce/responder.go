@@ -546,14 +546,16 @@ func (qp *QP) sendOwedAckLocked(out *txBatch) {
 }
 
 // piggyback hands the coalesced ACK, if one is owed, to a request about
-// to leave for the peer, when the peer reads piggybacked ACKs. An ACK
-// with SACK blocks to report still goes on its own.
-func (r *responder) piggyback(qp *QP, p *wire.Packet) {
+// to leave for the peer, when the peer reads piggybacked ACKs and the
+// requester says the ACK may ride on this packet (here; a later packet of
+// the message may suit it better: requester.ackRidesHere). An ACK with
+// SACK blocks to report still goes on its own.
+func (r *responder) piggyback(qp *QP, p *wire.Packet, here bool) {
 	if r.ackedAlone && !r.ackPending {
 		r.replies = true // that ACK could have waited for this request
 	}
 	r.ackedAlone = false
-	if !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || r.dupOwed || !p.BTH.Opcode.CanCarryPiggyACK() {
+	if !here || !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || r.dupOwed || !p.BTH.Opcode.CanCarryPiggyACK() {
 		return
 	}
 	r.ackPending, r.asked = false, 0
