@@ -4,7 +4,7 @@ CC        ?= cc
 FUZZTIME  ?= 30s
 BIN       := bin
 
-.PHONY: all build test vet lint fmt-check demo bench bench-page bench-targets bench-plugin bench-programs bench-scale bench-afxdp interop fuzz clean
+.PHONY: all build test vet lint fmt-check demo bench bench-page bench-targets bench-plugin bench-programs bench-preload bench-scale bench-afxdp interop fuzz clean
 
 all: build
 
@@ -121,6 +121,12 @@ bench-plugin: build
 # (redis-server redis-tools iperf3 nginx-light wrk; about six minutes at 3).
 bench-programs: build
 	$(GO) run ./bench/programs -proxy $(BIN)/rsock-proxy -runs $(RUNS)
+
+# Issue 23's targets: the same programs under vroce-run, both ends
+# interposed, beside the rsock-proxy pair, the TCP proxy chain and
+# vroce-perf's streams, in one run (root: between two namespaces).
+bench-preload: build
+	$(GO) run ./bench/programs -preload -proxy $(BIN)/rsock-proxy -vroce-run $(BIN)/vroce-run -perf $(BIN)/vroce-perf -runs $(RUNS)
 
 # Connection scale: 262,144 RC QPs by RDMA_CM between two processes, and
 # 10,000 through the default backlog (about a minute).

@@ -21,6 +21,13 @@
 // redis-benchmark's failures, an echo that differs) fail the run. The
 // chains take turns, -runs times, and each row gives the median ratio to
 // TCP and the spread over the runs.
+//
+// With -preload (make bench-preload) it measures issue 23's targets
+// instead: a second set of the servers runs under vroce-run, and clients
+// under vroce-run (socket and RDMA_CM modes, --no-fallback) reach them
+// directly, beside the rsock-proxy pair, the TCP proxy chain, and
+// vroce-perf's stream_bw (1 MiB) and stream_lat (64 B) between the same
+// two places (preload.go).
 package main
 
 import (
@@ -59,6 +66,9 @@ func main() {
 	echoServer := flag.String("echo-server", "", "internal: serve the echo on this address")
 	echoClient := flag.String("echo-client", "", "internal: run the echo load against this address")
 	echoN := flag.Int("echo-n", 1, "internal: the echo load's connections")
+	preload := flag.Bool("preload", false, "measure issue 23's targets instead: the programs under vroce-run beside the proxy chains and vroce-perf")
+	vroceRun := flag.String("vroce-run", "bin/vroce-run", "the vroce-run binary (-preload)")
+	perf := flag.String("perf", "bin/vroce-perf", "the vroce-perf binary (-preload)")
 	flag.Parse()
 	var err error
 	switch {
@@ -69,6 +79,8 @@ func main() {
 		if rate, err = echoLoad(*echoClient, *echoN, *dur); err == nil {
 			fmt.Println(rate)
 		}
+	case *preload:
+		err = runPreload(preloadRun{proxy: *proxy, vroceRun: *vroceRun, perf: *perf, link: *linkKind, runs: *runs, dur: *dur, requests: *requests})
 	default:
 		err = run(*proxy, *linkKind, *runs, *dur, *conns, *echoConns, *requests)
 	}
@@ -106,10 +118,12 @@ func (s *site) describe() string {
 // The programs measured, and the Debian packages they come in.
 var tools = map[string]string{
 	"redis-server": "redis-server", "redis-benchmark": "redis-tools", "redis-cli": "redis-tools",
-	"iperf3": "iperf3", "nginx": "nginx-light", "wrk": "wrk",
+	"iperf3": "iperf3", "nginx": "nginx-light", "wrk": "wrk", "curl": "curl",
 }
 
-func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList string, requests int) error {
+// checkTools says which Debian packages to install for the programs
+// missing here.
+func checkTools() error {
 	var missing []string
 	for _, tool := range slices.Sorted(maps.Keys(tools)) {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -118,6 +132,13 @@ func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("missing programs; install them with: apt-get install %s", strings.Join(slices.Compact(slices.Sorted(slices.Values(missing))), " "))
+	}
+	return nil
+}
+
+func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList string, requests int) error {
+	if err := checkTools(); err != nil {
+		return err
 	}
 	if _, err := os.Stat(proxy); err != nil {
 		return fmt.Errorf("%s: %v (make build)", proxy, err)
@@ -135,34 +156,11 @@ func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList
 	if err != nil {
 		return err
 	}
-	st := &site{srvHost: "127.0.0.1"}
-	if linkKind == "" {
-		linkKind = "loopback"
-		if os.Geteuid() == 0 {
-			linkKind = "veth"
-		}
-	}
-	switch linkKind {
-	case "veth":
-		pair, err := nspair.Make("vroce-prog", "10.79.0", 1500)
-		if err != nil {
-			return err
-		}
-		defer pair.Close()
-		st = &site{srvNS: pair.A, cliNS: pair.B, srvHost: pair.AddrA, next: 21000}
-	case "loopback":
-	default:
-		return fmt.Errorf("-link %q: want veth or loopback", linkKind)
-	}
-
-	dir, err := os.MkdirTemp("", "vroce-programs-")
+	st, dir, cleanup, err := newSite(linkKind)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil { // nginx's workers run as another user
-		return err
-	}
+	defer cleanup()
 	var procs procSet
 	defer procs.stop()
 
@@ -188,8 +186,8 @@ func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList
 		measure func(c *chain) (float64, error)
 	}
 	works := []workload{
-		{"redis-benchmark SET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c, "set", requests) }},
-		{"redis-benchmark GET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c, "get", requests) }},
+		{"redis-benchmark SET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c, "set", requests, 1) }},
+		{"redis-benchmark GET, 32 clients", "requests/s", func(c *chain) (float64, error) { return redisBench(c, "get", requests, 1) }},
 		{"iperf3, one stream", "Gbit/s", func(c *chain) (float64, error) { return iperf(c, dur) }},
 	}
 	for _, n := range wrkConns {
@@ -222,6 +220,47 @@ func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList
 			median(ratios), ratios[0], ratios[len(ratios)-1])
 	}
 	return nil
+}
+
+// newSite makes where a run happens (veth: two fresh namespaces) and a
+// directory for its files; cleanup removes both.
+func newSite(linkKind string) (st *site, dir string, cleanup func(), err error) {
+	st = &site{srvHost: "127.0.0.1"}
+	var undo []func()
+	cleanup = func() {
+		for _, f := range slices.Backward(undo) {
+			f()
+		}
+	}
+	if linkKind == "" {
+		linkKind = "loopback"
+		if os.Geteuid() == 0 {
+			linkKind = "veth"
+		}
+	}
+	switch linkKind {
+	case "veth":
+		pair, err := nspair.Make("vroce-prog", "10.79.0", 1500)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		undo = append(undo, pair.Close)
+		st = &site{srvNS: pair.A, cliNS: pair.B, srvHost: pair.AddrA, next: 21000}
+	case "loopback":
+	default:
+		return nil, "", nil, fmt.Errorf("-link %q: want veth or loopback", linkKind)
+	}
+	dir, err = os.MkdirTemp("", "vroce-programs-")
+	if err != nil {
+		cleanup()
+		return nil, "", nil, err
+	}
+	undo = append(undo, func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { // nginx's workers may run as another user
+		cleanup()
+		return nil, "", nil, err
+	}
+	return st, dir, cleanup, nil
 }
 
 // counts parses a flag's list of positive counts.
@@ -307,8 +346,21 @@ type servers struct {
 	file                      []byte // what nginx serves at /file
 }
 
-func startServers(ps *procSet, st *site, self, dir string) (*servers, error) {
+// startServers starts redis, iperf3 and nginx (and, unwrapped, the echo
+// server) in dir, each command prefixed by wrap (vroce-run and its flags,
+// or nothing).
+func startServers(ps *procSet, st *site, self, dir string, wrap ...string) (*servers, error) {
 	var s servers
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	start := func(name string, args ...string) error {
+		if len(wrap) > 0 {
+			name, args = wrap[0], append(append(slices.Clone(wrap[1:]), name), args...)
+		}
+		_, err := ps.start(st.srvNS, name, args...)
+		return err
+	}
 	ports := make([]int, 4)
 	for i := range ports {
 		p, err := st.port()
@@ -320,14 +372,18 @@ func startServers(ps *procSet, st *site, self, dir string) (*servers, error) {
 	at := func(port int) string { return net.JoinHostPort(st.srvHost, fmt.Sprint(port)) }
 	s.redis, s.iperf, s.nginx, s.echo = at(ports[0]), at(ports[1]), at(ports[2]), at(ports[3])
 
-	if _, err := ps.start(st.srvNS, "redis-server", "--port", fmt.Sprint(ports[0]), "--bind", st.srvHost, "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", dir); err != nil {
+	if err := start("redis-server", "--port", fmt.Sprint(ports[0]), "--bind", st.srvHost, "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", dir); err != nil {
 		return nil, err
 	}
-	if _, err := ps.start(st.srvNS, "iperf3", "-s", "-p", fmt.Sprint(ports[1]), "-B", st.srvHost); err != nil {
+	if err := start("iperf3", "-s", "-p", fmt.Sprint(ports[1]), "-B", st.srvHost); err != nil {
 		return nil, err
 	}
-	if _, err := ps.start(st.srvNS, self, "-echo-server", s.echo); err != nil {
-		return nil, err
+	listening := []string{s.redis, s.iperf, s.nginx}
+	if len(wrap) == 0 { // a Go program: nothing to interpose
+		if _, err := ps.start(st.srvNS, self, "-echo-server", s.echo); err != nil {
+			return nil, err
+		}
+		listening = append(listening, s.echo)
 	}
 
 	s.file = make([]byte, 64<<10)
@@ -339,7 +395,14 @@ func startServers(ps *procSet, st *site, self, dir string) (*servers, error) {
 	if err := os.WriteFile(filepath.Join(root, "file"), s.file, 0o644); err != nil {
 		return nil, err
 	}
+	// Workers of the master's own user: as root they would otherwise
+	// become nobody, whom a vroced of root's does not serve.
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;"
+	}
 	conf := fmt.Sprintf(`daemon off;
+%[4]s
 master_process on;
 worker_processes 2;
 pid %[1]s/nginx.pid;
@@ -356,15 +419,15 @@ http {
   scgi_temp_path %[1]s/scgi;
   server { listen %[2]s; root %[3]s; }
 }
-`, dir, s.nginx, root)
+`, dir, s.nginx, root, user)
 	confPath := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	if _, err := ps.start(st.srvNS, "nginx", "-c", confPath, "-e", filepath.Join(dir, "nginx-error.log")); err != nil {
+	if err := start("nginx", "-c", confPath, "-e", filepath.Join(dir, "nginx-error.log")); err != nil {
 		return nil, err
 	}
-	for _, a := range []string{s.redis, s.iperf, s.nginx, s.echo} {
+	for _, a := range listening {
 		if err := awaitListening(st.srvNS, a); err != nil {
 			return nil, err
 		}
@@ -378,6 +441,7 @@ type chain struct {
 	kind                      string
 	ns                        string // the clients'
 	redis, iperf, nginx, echo string
+	wrap                      []string // what runs each client (vroce-run and its flags), if anything
 }
 
 // startChain starts, for each server, a server-side proxy (vroce:// or
@@ -422,6 +486,9 @@ func startChain(ps *procSet, st *site, proxy, kind string, srv *servers) (*chain
 
 // command is a client program run beside the chain's clients.
 func (c *chain) command(name string, args ...string) *exec.Cmd {
+	if len(c.wrap) > 0 {
+		name, args = c.wrap[0], append(append(slices.Clone(c.wrap[1:]), name), args...)
+	}
 	return nspair.Command(c.ns, name, args...)
 }
 
@@ -458,11 +525,11 @@ func (c *chain) check(srv *servers) error {
 	return err
 }
 
-// redisBench runs redis-benchmark for one test with 32 clients and
-// returns requests per second.
-func redisBench(c *chain, test string, requests int) (float64, error) {
+// redisBench runs redis-benchmark for one test with 32 clients, each
+// with pipeline requests in flight, and returns requests per second.
+func redisBench(c *chain, test string, requests, pipeline int) (float64, error) {
 	host, port, _ := net.SplitHostPort(c.redis)
-	out, err := c.command("redis-benchmark", "-h", host, "-p", port, "-t", test, "-c", "32", "-n", fmt.Sprint(requests), "--csv").CombinedOutput()
+	out, err := c.command("redis-benchmark", "-h", host, "-p", port, "-t", test, "-c", "32", "-P", fmt.Sprint(pipeline), "-n", fmt.Sprint(requests), "--csv").CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("redis-benchmark: %v: %s", err, out)
 	}
@@ -472,13 +539,7 @@ func redisBench(c *chain, test string, requests int) (float64, error) {
 // parseRedisCSV finds test's requests per second in redis-benchmark's
 // --csv output ("test","rps",...).
 func parseRedisCSV(out []byte, test string) (float64, error) {
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Split(line, ",")
-		if len(f) >= 2 && strings.EqualFold(strings.Trim(f[0], `"`), test) {
-			return strconv.ParseFloat(strings.Trim(f[1], `"`), 64)
-		}
-	}
-	return 0, fmt.Errorf("redis-benchmark: no %s result in %q", test, out)
+	return redisCSVField(out, test, "rps")
 }
 
 // iperf runs one iperf3 client stream and returns the goodput received,

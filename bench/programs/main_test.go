@@ -36,6 +36,17 @@ func TestParseRedisCSV(t *testing.T) {
 	assert.Equal(t, 45454.55, rps)
 	_, err = parseRedisCSV(out, "lpush")
 	assert.Error(t, err)
+
+	ping := []byte(`"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms"
+"PING_INLINE","4938.27","0.188","0.072","0.175","0.287"
+"PING_MBULK","3666.36","0.256","0.080","0.215","0.415"
+vroce-run: 3 connections over vRoCE (680126 bytes; 0 by RDMA_CM; 0 reset by the peer), 0 over TCP (0 bytes bridged), 1 processes interposed
+`)
+	p50, err := redisCSVField(ping, "PING_MBULK", "p50_latency_ms")
+	require.NoError(t, err)
+	assert.Equal(t, 0.215, p50)
+	_, err = redisCSVField(ping, "PING_MBULK", "p999_latency_ms")
+	assert.Error(t, err, "a column the output does not have")
 }
 
 func TestMedian(t *testing.T) {
