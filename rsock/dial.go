@@ -421,11 +421,13 @@ func (d *Dialer) dialCM(ctx context.Context, network string, raddr netip.AddrPor
 		return nil, err
 	}
 	defer st.unref(false)
-	pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	r := probe(pctx, st, vroce.ProviderName(d.Provider), raddr)
-	cancel()
-	if r == cm.ProbeNoDevice || r == cm.ProbeNotListening {
-		return nil, syscall.ECONNREFUSED
+	if !st.recent.fresh(raddr, time.Now()) {
+		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		r := probe(pctx, st, vroce.ProviderName(d.Provider), raddr)
+		cancel()
+		if r == cm.ProbeNoDevice || r == cm.ProbeNotListening {
+			return nil, syscall.ECONNREFUSED
+		}
 	}
 	s, err := st.newStream(d.keepAlive())
 	if err != nil {
@@ -433,6 +435,7 @@ func (d *Dialer) dialCM(ctx context.Context, network string, raddr netip.AddrPor
 	}
 	id, err := st.cm.Connect(ctx, s.qp, raddr, qpParams())
 	if err != nil {
+		st.recent.forget(raddr)
 		s.teardown(false)
 		var rej *cm.RejectError
 		if errors.As(err, &rej) {
@@ -448,6 +451,7 @@ func (d *Dialer) dialCM(ctx context.Context, network string, raddr netip.AddrPor
 	}
 	s.setID(id)
 	s.start(hello)
+	st.recent.reached(raddr, time.Now())
 	return newConn(s, network, tcpAddr(st.dev.LocalAddr()), tcpAddr(raddr)), nil
 }
 

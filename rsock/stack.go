@@ -21,9 +21,10 @@ type stack struct {
 	cq       *vroce.CQ
 	srq      *vroce.SRQ
 	cm       *cm.Manager
-	onIdle   func()        // called once the last reference is gone
-	cfg      stackConfig   // what opened it
-	released chan struct{} // closed when the device is
+	recent   recentServices // CM services reached lately (recent.go)
+	onIdle   func()         // called once the last reference is gone
+	cfg      stackConfig    // what opened it
+	released chan struct{}  // closed when the device is
 
 	mu        sync.Mutex // guards everything below
 	streams   map[uint32]*stream
