@@ -1,7 +1,6 @@
 package vroce
 
 import (
-	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -26,7 +25,7 @@ func ackPSNs(pkts []wire.Packet) []uint32 {
 // one ACK at the batch's end, whose loss would leave the requester
 // waiting for a probe.
 func TestEverySecondRequestForAnACKIsAnswered(t *testing.T) {
-	const rqPSN = 100
+	const rqPSN = benchRQPSN
 	for _, c := range []struct {
 		name  string
 		every int // every how many packets asks for an ACK
@@ -36,25 +35,12 @@ func TestEverySecondRequestForAnACKIsAnswered(t *testing.T) {
 		{"only the last asks", 8, []uint32{rqPSN + 7}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			prov := &sinkProvider{done: make(chan struct{})}
-			d, err := OpenWithProvider(prov, Config{})
+			rb := newRequesterBench(t)
+			d := rb.qp.dev
+			mr, err := rb.qp.pd.RegMR(make([]byte, 8*1024), AccessLocalWrite|AccessRemoteWrite)
 			require.NoError(t, err)
-			defer d.Close()
-			pd, err := d.AllocPD()
-			require.NoError(t, err)
-			cq, err := d.CreateCQ(16)
-			require.NoError(t, err)
-			mr, err := pd.RegMR(make([]byte, 4096), AccessLocalWrite|AccessRemoteWrite)
-			require.NoError(t, err)
-			qp, err := pd.CreateQP(QPInitAttr{Type: RC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-			require.NoError(t, err)
-			peer := netip.MustParseAddrPort("127.0.0.2:4791")
-			require.NoError(t, qp.Modify(&QPAttr{State: QPSInit, AccessFlags: AccessLocalWrite | AccessRemoteWrite}, QPAttrState|QPAttrAccessFlags))
-			require.NoError(t, qp.Modify(&QPAttr{State: QPSRTR, Dest: peer, PathMTU: MTU256, DestQPN: 7, RQPSN: rqPSN, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true},
-				QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer|QPAttrSelectiveRepeat))
-
-			rb := &rxBatch{out: d.getBatch()}
-			payload := make([]byte, 256)
+			rx := &rxBatch{out: d.getBatch()}
+			payload := make([]byte, 1024) // the bench's path MTU
 			for i := range 8 {
 				op := wire.RCWriteMiddle
 				switch i {
@@ -63,19 +49,15 @@ func TestEverySecondRequestForAnACKIsAnswered(t *testing.T) {
 				case 7:
 					op = wire.RCWriteLast
 				}
-				p := wire.Packet{BTH: wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.QPN(), PSN: rqPSN + uint32(i), AckReq: (i+1)%c.every == 0}, Payload: payload}
+				p := wire.Packet{BTH: wire.BTH{Opcode: op, PSN: rqPSN + uint32(i), AckReq: (i+1)%c.every == 0}, Payload: payload}
 				if i == 0 {
-					p.RETH = wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: 8 * 256}
+					p.RETH = wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: 8 * 1024}
 				}
-				b := make([]byte, 512)
-				n, err := p.Encode(b)
-				require.NoError(t, err)
-				(wire.Flow{Src: peer, Dst: d.local}).Seal(b[:n])
-				d.receive(&Packet{Data: b[:n], Addr: peer}, rb)
+				rb.deliver(t, p, rx)
 			}
-			d.settle(rb, false)
-			d.putBatch(rb.out)
-			assert.Equal(t, c.want, ackPSNs(prov.take()))
+			d.settle(rx, false)
+			d.putBatch(rx.out)
+			assert.Equal(t, c.want, ackPSNs(rb.sink.take()))
 		})
 	}
 }

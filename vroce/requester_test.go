@@ -22,10 +22,21 @@ type requesterBench struct {
 
 const (
 	benchSQPSN = 0xfffff8 // every test crosses the 24-bit wrap
+	benchRQPSN = 1        // the PSN the QP expects first from its peer
 	t0         = int64(1000e9)
 )
 
+// benchPeer is where the bench QP's peer would be.
+var benchPeer = netip.MustParseAddrPort("127.0.0.2:4791")
+
 func newRequesterBench(t *testing.T) *requesterBench {
+	t.Helper()
+	return newBench(t, false)
+}
+
+// newBench is newRequesterBench, its QP reading piggybacked ACKs when
+// piggyback is set (as if negotiated with a vRoCE peer).
+func newBench(t *testing.T, piggyback bool) *requesterBench {
 	t.Helper()
 	sink := &sinkProvider{done: make(chan struct{})}
 	d, err := OpenWithProvider(sink, Config{})
@@ -44,8 +55,8 @@ func newRequesterBench(t *testing.T) *requesterBench {
 		m QPAttrMask
 	}{
 		{QPAttr{State: QPSInit, AccessFlags: accessAll}, QPAttrState | QPAttrAccessFlags},
-		{QPAttr{State: QPSRTR, Dest: netip.MustParseAddrPort("127.0.0.2:4791"), PathMTU: MTU1024, DestQPN: 0x42, RQPSN: 1, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true},
-			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrSelectiveRepeat},
+		{QPAttr{State: QPSRTR, Dest: benchPeer, PathMTU: MTU1024, DestQPN: 0x42, RQPSN: benchRQPSN, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true, PiggybackACK: piggyback},
+			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrSelectiveRepeat | QPAttrPiggybackACK},
 		{QPAttr{State: QPSRTS, SQPSN: benchSQPSN, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic},
 	} {
@@ -72,6 +83,19 @@ func (rb *requesterBench) write(t *testing.T, n int, now int64) {
 	wr := SendWR{ID: uint64(qp.sq.tail), Opcode: WRRDMAWrite, Flags: SendSignaled, SGL: []SGE{rb.mr.SGE(0, n)}, RemoteAddr: 0x1000, RKey: 7}
 	require.NoError(t, qp.postOne(&wr))
 	qp.kickAt(now)
+}
+
+// deliver hands p, from the peer to the bench QP, to the device as a
+// packet of the receive batch rx.
+func (rb *requesterBench) deliver(t *testing.T, p wire.Packet, rx *rxBatch) {
+	t.Helper()
+	d := rb.qp.dev
+	p.BTH.PKey, p.BTH.DestQP = wire.DefaultPKey, rb.qp.QPN()
+	b := make([]byte, wire.Len(p.BTH.Opcode, len(p.Payload))+wire.PiggyACKLen)
+	n, err := p.Encode(b)
+	require.NoError(t, err)
+	require.True(t, (wire.Flow{Src: benchPeer, Dst: d.local}).Seal(b[:n]))
+	d.receive(&Packet{Data: b[:n], Addr: benchPeer}, rx)
 }
 
 // ack hands the completer an ack at now.
