@@ -120,12 +120,11 @@ func (d *Device) timerLoop() {
 		for t.h.Len() > 0 && t.h.Min().at <= now {
 			e := t.h.Pop()
 			switch {
+			case !t.live(e):
 			case e.qp == nil:
-				if t.turnAt.Load() == e.at {
-					t.turnAt.Store(0)
-					lease = true
-				}
-			case e.qp.timerAt.Load() == e.at: // not superseded, nor dropped
+				t.turnAt.Store(0)
+				lease = true
+			default:
 				e.qp.timerAt.Store(0)
 				due = append(due, e.qp)
 			}
@@ -161,13 +160,18 @@ func (d *Device) timerLoop() {
 // message to pop it (a thread woken, a timerfd re-armed: as many wakes
 // as the ping-pong's own). Popped here, it wakes once per live deadline.
 func (t *timerQueue) dropStaleLocked() {
-	for t.h.Len() > 0 {
-		e := t.h.Min()
-		if e.qp == nil && t.turnAt.Load() == e.at || e.qp != nil && e.qp.timerAt.Load() == e.at {
-			return
-		}
+	for t.h.Len() > 0 && !t.live(t.h.Min()) {
 		t.h.Pop()
 	}
+}
+
+// live reports whether e is its owner's pending deadline: not
+// superseded by another, nor dropped (unschedule).
+func (t *timerQueue) live(e timerEntry) bool {
+	if e.qp == nil {
+		return t.turnAt.Load() == e.at
+	}
+	return e.qp.timerAt.Load() == e.at
 }
 
 // idleDeadline is far enough to mean "no deadline".
