@@ -330,10 +330,8 @@ func (s *scoreboard) noteSend(st *pktState) {
 // times the least one show): taking the resend's time from it marked
 // lost every packet sent before the resend and still on its way.
 func (s *scoreboard) resendArrived(st *pktState, now, minRTT int64) {
-	if st.done || st.held {
-		if st.resent() && now-st.sentAt >= minRTT {
-			s.noteSend(st)
-		}
+	if (st.done || st.held) && st.resent() && now-st.sentAt >= minRTT {
+		s.noteSend(st)
 	}
 }
 
