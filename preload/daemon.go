@@ -746,18 +746,7 @@ func tcpConnOf(fd int) (*net.TCPConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(dup), "program-socket")
-	defer f.Close()
-	c, err := net.FileConn(f)
-	if err != nil {
-		return nil, err
-	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		c.Close()
-		return nil, fmt.Errorf("vroced: the socket is a %T", c)
-	}
-	return tc, nil
+	return unixsock.FileConn[*net.TCPConn](dup)
 }
 
 func sockaddr(a netip.AddrPort) unix.Sockaddr {

@@ -33,19 +33,25 @@ func Pair(typ int) (*net.UnixConn, int, error) {
 
 // ConnOf makes a *net.UnixConn of a Unix socket descriptor, which it
 // takes over (closing it on an error too).
-func ConnOf(fd int) (*net.UnixConn, error) {
-	f := os.NewFile(uintptr(fd), "unix")
+func ConnOf(fd int) (*net.UnixConn, error) { return FileConn[*net.UnixConn](fd) }
+
+// FileConn makes a conn of type C (*net.UnixConn, *net.TCPConn) of a
+// socket descriptor, which it takes over (closing it on an error too); a
+// socket of another kind is an error.
+func FileConn[C net.Conn](fd int) (C, error) {
+	var none C
+	f := os.NewFile(uintptr(fd), "socket")
 	defer f.Close() // FileConn has its own copy
 	c, err := net.FileConn(f)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	uc, ok := c.(*net.UnixConn)
+	cc, ok := c.(C)
 	if !ok {
 		c.Close()
-		return nil, fmt.Errorf("descriptor %d is a %T, not a Unix socket", fd, c)
+		return none, fmt.Errorf("descriptor %d is a %T, not a %T", fd, c, none)
 	}
-	return uc, nil
+	return cc, nil
 }
 
 // Rights returns every descriptor the control data oob carries, in

@@ -3,6 +3,7 @@
 package unixsock
 
 import (
+	"net"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -47,4 +48,32 @@ func FuzzRights(f *testing.F) {
 	f.Fuzz(func(t *testing.T, oob []byte) {
 		Rights(oob) // returns, whatever oob holds
 	})
+}
+
+// FileConn gives the conn of the socket's own kind, and refuses, closing
+// the descriptor, a socket of another kind.
+func TestFileConnOfEachKind(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	dup := func() int {
+		f, err := ln.(*net.TCPListener).File()
+		require.NoError(t, err)
+		defer f.Close()
+		fd, err := unix.Dup(int(f.Fd()))
+		require.NoError(t, err)
+		return fd
+	}
+	fd := dup()
+	_, err = FileConn[*net.UnixConn](fd)
+	assert.ErrorContains(t, err, "not a *net.UnixConn")
+	_, err = unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	assert.ErrorIs(t, err, unix.EBADF, "the descriptor was taken over and closed")
+
+	c, theirs, err := Pair(unix.SOCK_STREAM)
+	require.NoError(t, err)
+	defer c.Close()
+	other, err := FileConn[*net.UnixConn](theirs)
+	require.NoError(t, err, "a Unix socket as a *net.UnixConn")
+	other.Close()
 }
