@@ -31,7 +31,7 @@ const maxRecent = 1024
 type recentServices struct {
 	mu   sync.Mutex
 	seen map[netip.AddrPort]time.Time
-	ttl  time.Duration // recentFor, when zero
+	ttl  time.Duration // how long a reach vouches: recentFor
 }
 
 // fresh reports whether a reached lately, as of now.
@@ -39,14 +39,7 @@ func (r *recentServices) fresh(a netip.AddrPort, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	at, ok := r.seen[a]
-	return ok && now.Sub(at) < r.lifetime()
-}
-
-func (r *recentServices) lifetime() time.Duration {
-	if r.ttl == 0 {
-		return recentFor
-	}
-	return r.ttl
+	return ok && now.Sub(at) < r.ttl
 }
 
 // reached records that a accepted a connection at now.
@@ -58,7 +51,7 @@ func (r *recentServices) reached(a netip.AddrPort, now time.Time) {
 	}
 	if _, ok := r.seen[a]; !ok && len(r.seen) >= maxRecent {
 		for k, at := range r.seen {
-			if now.Sub(at) >= r.lifetime() {
+			if now.Sub(at) >= r.ttl {
 				delete(r.seen, k)
 			}
 		}

@@ -12,7 +12,7 @@ import (
 )
 
 func TestRecentServicesVouchForAWhile(t *testing.T) {
-	var r recentServices
+	r := recentServices{ttl: recentFor}
 	a := netip.MustParseAddrPort("10.0.0.1:7000")
 	t0 := time.Unix(1000, 0)
 	assert.False(t, r.fresh(a, t0), "never reached")
