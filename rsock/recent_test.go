@@ -3,6 +3,7 @@ package rsock
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
 	"testing"
 	"time"
@@ -63,7 +64,7 @@ func TestCMDialsProbeAServiceTheyReachedOnce(t *testing.T) {
 		_, err = c.Write([]byte(msg))
 		require.NoError(t, err)
 		got := make([]byte, len(msg))
-		_, err = s.Read(got)
+		_, err = io.ReadFull(s, got)
 		require.NoError(t, err)
 		assert.Equal(t, msg, string(got))
 		c.Close()

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"vroce.dev/bench/internal/nspair"
 )
 
 // preloadRun is what -preload needs besides the proxy.
@@ -252,7 +254,7 @@ func perfDirect(ps *procSet, st *site, perf, test string, size, iters int) (perf
 		return perfResult{}, err
 	}
 	var stderr strings.Builder
-	cmd := (&chain{ns: st.cliNS}).command(perf, append(args, "--json", st.srvHost)...)
+	cmd := nspair.Command(st.cliNS, perf, append(args, "--json", st.srvHost)...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -272,7 +274,7 @@ func perfDirect(ps *procSet, st *site, perf, test string, size, iters int) (perf
 // its client's).
 func awaitBound(ns string, port int) error {
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		out, err := (&chain{ns: ns}).command("ss", "-Hltn", fmt.Sprintf("sport = :%d", port)).Output()
+		out, err := nspair.Command(ns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port)).Output()
 		if err == nil && len(strings.TrimSpace(string(out))) > 0 {
 			return nil
 		}
