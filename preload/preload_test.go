@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,7 +85,12 @@ func vroceRun(t *testing.T, dir string, argv ...string) *exec.Cmd {
 
 // vroceRunMode is vroce-run --mode MODE -- PROGRAM....
 func vroceRunMode(t *testing.T, dir, mode string, argv ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(dir, "vroce-run"), append([]string{"--mode", mode, "--"}, argv...)...)
+	return vroceRunFlags(t, dir, []string{"--mode", mode}, argv...)
+}
+
+// vroceRunFlags is vroceRun with vroce-run's flags.
+func vroceRunFlags(t *testing.T, dir string, flags []string, argv ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(dir, "vroce-run"), append(append(slices.Clone(flags), "--"), argv...)...)
 	cmd.Env = append(os.Environ(), "VROCE_PROVIDER=udp",
 		"VROCE_PRELOAD="+filepath.Join(dir, "libvroce-preload.so"), "VROCED="+filepath.Join(dir, "vroced"))
 	return cmd
