@@ -121,27 +121,41 @@ func (s Stream) Server(conn io.ReadWriter) error {
 }
 
 // Pattern fills b with the words of message i: each 8 bytes hold i and
-// their offset, so a misplaced, stale or corrupted byte shows.
+// their offset, so a misplaced, stale or corrupted byte shows. Whole
+// words are stored directly: a word copied through a scratch array cost
+// a verified write_bw a fifth of its client's CPU.
 func Pattern(b []byte, i uint64) {
-	var w [8]byte
-	for off := 0; off < len(b); off += 8 {
-		binary.LittleEndian.PutUint64(w[:], i<<32^uint64(off)^0x5bd1e995)
+	off := 0
+	for ; off+8 <= len(b); off += 8 {
+		binary.LittleEndian.PutUint64(b[off:], patternWord(i, off))
+	}
+	if off < len(b) {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], patternWord(i, off))
 		copy(b[off:], w[:])
 	}
 }
 
 // CheckPattern reports the first offset where b is not message i.
 func CheckPattern(b []byte, i uint64) (int, bool) {
-	var w [8]byte
-	for off := 0; off < len(b); off += 8 {
-		binary.LittleEndian.PutUint64(w[:], i<<32^uint64(off)^0x5bd1e995)
-		n := min(8, len(b)-off)
-		if string(b[off:off+n]) != string(w[:n]) {
+	off := 0
+	for ; off+8 <= len(b); off += 8 {
+		if binary.LittleEndian.Uint64(b[off:]) != patternWord(i, off) {
+			return off, false
+		}
+	}
+	if off < len(b) {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], patternWord(i, off))
+		if string(b[off:]) != string(w[:len(b)-off]) {
 			return off, false
 		}
 	}
 	return 0, true
 }
+
+// patternWord is the word at offset off of message i.
+func patternWord(i uint64, off int) uint64 { return i<<32 ^ uint64(off) ^ 0x5bd1e995 }
 
 // Latency summarises samples in microseconds, as perftest prints them:
 // Typical is the median.

@@ -26,6 +26,23 @@ func TestCheckPatternFindsTheDamagedWord(t *testing.T) {
 	if off, ok := CheckPattern(b, 7); ok || off != 96 {
 		t.Fatalf("byte 97 damaged: got offset %d, ok %v; want 96", off, ok)
 	}
+	b[97] ^= 1
+	b[42] ^= 0x80
+	if off, ok := CheckPattern(b, 7); ok || off != 40 {
+		t.Fatalf("byte 42 damaged: got offset %d, ok %v; want 40", off, ok)
+	}
+}
+
+// What a verified 64 KiB message costs each end beyond the transport.
+func BenchmarkPattern64K(b *testing.B) {
+	buf := make([]byte, 64<<10)
+	b.SetBytes(int64(len(buf)))
+	for i := range b.N {
+		Pattern(buf, uint64(i))
+		if _, ok := CheckPattern(buf, uint64(i)); !ok {
+			b.Fatal("the pattern just written fails its check")
+		}
+	}
 }
 
 // Both workloads run end to end, checked, over an in-memory pipe.
