@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"vroce.dev/internal/nonblock"
 )
 
 // An XDP socket and its UMEM: one per NIC queue. The UMEM is split in two
@@ -273,7 +275,7 @@ func (s *xsk) reclaim() {
 // kick asks the kernel to send what the TX ring holds. In copy mode each
 // call sends a bounded batch and reports EAGAIN while more is left.
 func (s *xsk) kick() error {
-	_, _, errno := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	_, _, errno := nonblock.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	switch errno {
 	case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS, unix.ENETDOWN:
 		// Busy and full are the NIC's queue; the transport recovers what a
@@ -286,7 +288,7 @@ func (s *xsk) kick() error {
 // wakeRX tells a driver that waits for it that the fill ring has frames.
 func (s *xsk) wakeRX() {
 	if s.fill.needWakeup() {
-		unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+		nonblock.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"vroce.dev/internal/nonblock"
 	"vroce.dev/vroce"
 )
 
@@ -53,7 +54,7 @@ func newMmsgReader(c *net.UDPConn, size int, busy time.Duration) (*mmsgReader, e
 
 func (m *mmsgReader) recvmmsg(fd uintptr) bool {
 	for {
-		r, _, e := nonblocking(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&m.hdrs[0])), uintptr(m.n), unix.MSG_DONTWAIT, 0, 0)
+		r, _, e := nonblock.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&m.hdrs[0])), uintptr(m.n), unix.MSG_DONTWAIT, 0, 0)
 		if e != unix.EAGAIN && e != unix.EWOULDBLOCK {
 			m.got, m.errno = int(r), e
 			m.busySince = time.Time{}
@@ -312,12 +313,12 @@ func (w *mmsgWriter) sendmmsg(fd uintptr) bool {
 			// walks a header and an iovec array first (about 0.4 us a
 			// send: BenchmarkPingPong64 at GOMAXPROCS=1).
 			iov := &w.iovs[w.from*piecesPerMessage]
-			_, _, e = nonblocking(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(iov.Base)), uintptr(iov.Len), 0, uintptr(unsafe.Pointer(h.Name)), uintptr(h.Namelen))
+			_, _, e = nonblock.Syscall6(unix.SYS_SENDTO, fd, uintptr(unsafe.Pointer(iov.Base)), uintptr(iov.Len), 0, uintptr(unsafe.Pointer(h.Name)), uintptr(h.Namelen))
 			if e == 0 {
 				r = 1
 			}
 		} else {
-			r, _, e = nonblocking(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.from])), uintptr(w.n-w.from), 0, 0, 0)
+			r, _, e = nonblock.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.from])), uintptr(w.n-w.from), 0, 0, 0)
 		}
 		switch e {
 		case unix.EINTR:
@@ -338,17 +339,4 @@ func (w *mmsgWriter) release(n int) {
 	for i := range n {
 		clear(w.iovs[i*piecesPerMessage : i*piecesPerMessage+int(w.hdrs[i].Hdr.Iovlen)])
 	}
-}
-
-// nonblocking makes a socket call that cannot block (the socket is
-// non-blocking, and a receive says MSG_DONTWAIT) without telling the
-// runtime it enters a system call. Entering one wakes the runtime's
-// monitor thread whenever it sleeps, and it sleeps whenever the process
-// has been idle, as a ping-pong is between a request and its answer: a
-// futex wake per message and a thread on the other core, which the peer
-// needed (veth MTU 1500, 64 B typical half round trip: send_lat 17.2 to
-// 15.2 us, stream_lat 18.5 to 16.8). Nothing here can hold the thread
-// for long: a GSO send's longest part is the kernel delivering it.
-func nonblocking(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2 uintptr, err syscall.Errno) {
-	return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
 }
