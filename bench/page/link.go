@@ -19,7 +19,7 @@ import (
 type link struct {
 	name string       // "loopback", "veth1500", "veth9000"
 	mtu  int          // of the veth; 0 on loopback
-	loss int          // percent of UDP 4791 each namespace drops on the way out (nftables)
+	loss int          // percent of UDP 4791 datagrams each namespace drops on the way in (nftables)
 	port int          // the next control port
 	pair *nspair.Pair // the namespaces: server in A, client in B; nil on loopback
 	// provider, when set, is both ends' --provider (the plugin rows).
@@ -40,14 +40,17 @@ func vethLink(mtu int) (*link, error) {
 }
 
 // setLoss has each namespace drop pct percent of the UDP 4791 datagrams
-// it sends, at random (0: none), with nftables.
+// it receives, at random (0: none), with nftables. They are datagrams,
+// not GSO bursts, only while the link carries segments (perSegment).
 func (l *link) setLoss(pct int) error {
 	for _, ns := range []string{l.pair.A, l.pair.B} {
 		_ = nspair.Command(ns, "nft", "delete", "table", "inet", "vroce_loss").Run()
 		if pct == 0 {
 			continue
 		}
-		rules := fmt.Sprintf("table inet vroce_loss {\n chain out {\n  type filter hook output priority 0;\n  udp dport 4791 numgen random mod 100 < %d drop\n  udp sport 4791 numgen random mod 100 < %d drop\n }\n}\n", pct, pct)
+		// One draw per datagram to or from port 4791: two rules, one
+		// per port, would draw twice for a datagram between two 4791s.
+		rules := fmt.Sprintf("table inet vroce_loss {\n chain in {\n  type filter hook input priority 0;\n  meta l4proto != udp accept\n  udp dport != 4791 udp sport != 4791 accept\n  numgen random mod 100 < %d drop\n }\n}\n", pct)
 		cmd := nspair.Command(ns, "nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(rules)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -57,6 +60,10 @@ func (l *link) setLoss(pct int) error {
 	l.loss = pct
 	return nil
 }
+
+// perSegment makes the veth carry one segment per packet, as a wire does
+// (nspair.SegmentsOnly), or stops it.
+func (l *link) perSegment(on bool) error { return l.pair.SegmentsOnly(on) }
 
 func (l *link) close() {
 	if l.pair != nil {

@@ -50,3 +50,22 @@ func Command(ns, name string, args ...string) *exec.Cmd {
 	}
 	return exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
 }
+
+// SegmentsOnly sets whether the veth carries one segment per packet, as
+// a wire does. A veth passes a UDP GSO burst (up to 64 packets) whole
+// from one namespace to the other, so nftables anywhere on the way sees,
+// and drops, bursts; with one segment per packet the sender's kernel
+// cuts each burst before the veth, and a rule on the receiver's input
+// drops datagrams.
+func (p *Pair) SegmentsOnly(on bool) error {
+	segs := "65535"
+	if on {
+		segs = "1"
+	}
+	for _, end := range [][2]string{{p.A, "vpA"}, {p.B, "vpB"}} {
+		if out, err := exec.Command("ip", "-n", end[0], "link", "set", end[1], "gso_max_segs", segs).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip -n %s link set %s gso_max_segs %s: %v: %s", end[0], end[1], segs, err, out)
+		}
+	}
+	return nil
+}
