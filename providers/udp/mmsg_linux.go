@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -71,7 +70,7 @@ func (m *mmsgReader) recvmmsg(fd uintptr) bool {
 			m.busySince = time.Time{}
 			return false
 		}
-		runtime.Gosched() // whoever is runnable goes first; then try again
+		nonblock.Yield(now.Sub(m.busySince), nonblock.SocketTurn) // whoever is runnable goes first; then try again
 	}
 }
 

@@ -6,9 +6,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"runtime"
 	"sync/atomic"
 	"time"
+
+	"vroce.dev/internal/nonblock"
 )
 
 // Producer writes datagrams into one ring of a Region. One goroutine at
@@ -232,10 +233,12 @@ func (c *Consumer) Dropped() uint64 { return c.dropped.Load() }
 // looks, before it sleeps.
 func (c *Consumer) Wait(busy time.Duration) error {
 	if busy > 0 {
-		for until := time.Now().Add(busy); time.Now().Before(until); runtime.Gosched() {
+		start := time.Now()
+		for spun := time.Duration(0); spun < busy; spun = time.Since(start) {
 			if c.q.head.Load() != c.tail || c.closed.Load() {
 				return c.closedErr()
 			}
+			nonblock.Yield(spun, 0) // the producer is another process
 		}
 	}
 	c.q.consumerSleeps.Store(1)
