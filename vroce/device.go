@@ -222,13 +222,11 @@ func (d *Device) flowTo(dst netip.AddrPort) (wire.Flow, error) {
 		}
 		return wire.Flow{Src: netip.AddrPortFrom(src, d.local.Port()), Dst: dst}, nil
 	}
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+	src, err := RouteSource(dst.Addr())
 	if err != nil {
-		return wire.Flow{}, fmt.Errorf("vroce: no route to %v: %w", dst, err)
+		return wire.Flow{}, err
 	}
-	defer c.Close()
-	la := c.LocalAddr().(*net.UDPAddr).AddrPort()
-	return wire.Flow{Src: netip.AddrPortFrom(la.Addr().Unmap(), d.local.Port()), Dst: dst}, nil
+	return wire.Flow{Src: netip.AddrPortFrom(src, d.local.Port()), Dst: dst}, nil
 }
 
 // rxLoop receives batches, hands every packet to its QP, then sends the

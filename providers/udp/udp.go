@@ -42,13 +42,11 @@ func init() {
 // to it leaves from, any free port. Its ICRC checks are then exact and its
 // MTU is that interface's. (A UDP connect sends nothing.)
 func routeAddr(peer netip.AddrPort) (string, error) {
-	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(peer))
+	src, err := vroce.RouteSource(peer.Addr())
 	if err != nil {
 		return "", err
 	}
-	la := c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
-	c.Close()
-	return net.JoinHostPort(la.String(), "0"), nil
+	return net.JoinHostPort(src.String(), "0"), nil
 }
 
 // open opens a provider as Open asks: on cfg.Addr, else every address

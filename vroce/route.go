@@ -1,0 +1,88 @@
+package vroce
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// RouteSource is the local address the routing table picks to reach dst:
+// what a device on all addresses sends from, and so what its packets'
+// ICRC covers. The kernel answers through a UDP socket connected to dst
+// (a connect sends nothing), which costs a socket, its poller
+// registration and half a dozen system calls; a CM dial asked twice per
+// connection (the provider's device address, then the QP's flow), a
+// tenth of a daemon's CPU under HTTP's Connection: close. Answers are
+// kept for routeTTL, so a route changed meanwhile is seen that late. They
+// are the process's: a program whose threads move between network
+// namespaces opens its devices on an address, for which none is asked.
+func RouteSource(dst netip.Addr) (netip.Addr, error) {
+	return routes.source(dst.Unmap(), time.Now())
+}
+
+// routeTTL is how long an answer of the routing table is reused.
+const routeTTL = time.Second
+
+// maxRoutes bounds what routeCache keeps: a process reaching more
+// destinations asks the kernel for those it has no room for.
+const maxRoutes = 1024
+
+// routes is the process's route cache.
+var routes = routeCache{ttl: routeTTL, lookup: lookupRoute}
+
+// routeCache keeps the routing table's answers for a while. Safe for
+// concurrent use.
+type routeCache struct {
+	ttl    time.Duration
+	lookup func(dst netip.Addr) (netip.Addr, error)
+	mu     sync.Mutex
+	m      map[netip.Addr]routeEntry
+}
+
+type routeEntry struct {
+	src netip.Addr
+	at  time.Time
+}
+
+func (c *routeCache) source(dst netip.Addr, now time.Time) (netip.Addr, error) {
+	c.mu.Lock()
+	e, ok := c.m[dst]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < c.ttl {
+		return e.src, nil
+	}
+	src, err := c.lookup(dst)
+	if err != nil {
+		return netip.Addr{}, err // not kept: the next ask tries again
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[netip.Addr]routeEntry)
+	}
+	if _, ok := c.m[dst]; !ok && len(c.m) >= maxRoutes {
+		for k, old := range c.m {
+			if now.Sub(old.at) >= c.ttl {
+				delete(c.m, k)
+			}
+		}
+		if len(c.m) >= maxRoutes {
+			return src, nil
+		}
+	}
+	c.m[dst] = routeEntry{src: src, at: now}
+	return src, nil
+}
+
+// lookupRoute asks the kernel: the local address of a UDP socket
+// connected to dst.
+func lookupRoute(dst netip.Addr) (netip.Addr, error) {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("vroce: no route to %v: %w", dst, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap(), nil
+}
