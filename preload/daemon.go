@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"vroce.dev/internal/nonblock"
 	"vroce.dev/internal/unixsock"
 
 	"golang.org/x/sys/unix"
@@ -644,6 +645,11 @@ func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64, reset *atomic.B
 	var to io.Writer = u
 	if count != nil {
 		from, to = counting{u, count}, counting{u, count}
+	} else if s, err := nonblock.NewStream(u); err == nil {
+		// The program's end without the runtime's system-call entry,
+		// which wakes its sleeping monitor thread on every message of a
+		// request-reply exchange (internal/nonblock).
+		from, to = s, s
 	}
 	half := func(copy func() error, dst net.Conn) {
 		defer wg.Done()

@@ -24,6 +24,14 @@ var (
 // (net.Buffers: one writev for a TCP socket).
 const maxGather = 16
 
+// buffersWriter is a writer that takes several buffers in one call (a
+// writev; internal/nonblock's Stream), as net.Buffers.WriteTo does for
+// the net package's own conns only: CopyTo hands it what arrived, a
+// message a buffer.
+type buffersWriter interface {
+	WriteBuffers(bufs [][]byte) (int64, error)
+}
+
 // CopyTo implements netconn.StreamWriterTo: it writes what arrives to w
 // until the peer's FIN (then a nil error) or a failure.
 func (s *stream) CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error) {
@@ -56,7 +64,13 @@ func (s *stream) CopyTo(w io.Writer, cancel <-chan struct{}) (int64, error) {
 		for i := range n {
 			bufs = append(bufs, taken[i].data)
 		}
-		written, err := bufs.WriteTo(w)
+		var written int64
+		var err error
+		if bw, ok := w.(buffersWriter); ok {
+			written, err = bw.WriteBuffers(bufs)
+		} else {
+			written, err = bufs.WriteTo(w)
+		}
 		total += written
 
 		s.mu.Lock()

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"vroce.dev/internal/nonblock"
 	_ "vroce.dev/providers/afxdp" // VROCE_PROVIDER=afxdp VROCE_IFACE=NAME
 	"vroce.dev/providers/plugin"  // VROCE_PROVIDER=plugin:NAME
 	_ "vroce.dev/providers/udp"   // the default
@@ -220,13 +221,34 @@ func (p *proxy) serve(c net.Conn) {
 
 // pipe copies src to dst, then half-closes dst so its reader sees the end.
 func pipe(dst, src net.Conn) int64 {
-	n, _ := io.Copy(dst, src)
+	n, _ := io.Copy(copyEnd(dst, src), copyEnd(src, dst))
 	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	} else {
 		dst.Close()
 	}
 	return n
+}
+
+// copyEnd is c as pipe copies to or from it, across from other. A kernel
+// socket across from a vRoCE stream is read and written without the
+// runtime's system-call entry (internal/nonblock: it wakes the runtime's
+// sleeping monitor thread, on every message of a request-reply
+// exchange); the stream's own ReadFrom and WriteTo still copy once. Two
+// kernel sockets keep the net package's splice.
+func copyEnd(c, other net.Conn) io.ReadWriter {
+	if transport(c) == "vroce" || transport(other) != "vroce" {
+		return c
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return c
+	}
+	s, err := nonblock.NewStream(sc)
+	if err != nil {
+		return c
+	}
+	return s
 }
 
 func transport(c net.Conn) string {

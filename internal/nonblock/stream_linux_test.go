@@ -1,0 +1,106 @@
+//go:build linux
+
+package nonblock
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tcpPair is a connected pair of TCP conns on loopback.
+func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan *net.TCPConn, 1)
+	go func() {
+		c, _ := ln.AcceptTCP()
+		accepted <- c
+	}()
+	a, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	b := <-accepted
+	require.NotNil(t, b)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// Many buffers, far more than the socket holds, arrive whole and in
+// order through WriteBuffers and Read (the writer waits for room in the
+// poller); then the writer's close reads as io.EOF.
+func TestStreamCarriesBuffersInOrder(t *testing.T) {
+	a, b := tcpPair(t)
+	w, err := NewStream(a)
+	require.NoError(t, err)
+	r, err := NewStream(b)
+	require.NoError(t, err)
+
+	var want bytes.Buffer
+	var bufs [][]byte
+	for i := range 200 { // 200 buffers, 100 more than one writev takes
+		p := bytes.Repeat([]byte{byte(i)}, 1000+i*97)
+		want.Write(p)
+		bufs = append(bufs, p)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		n, err := w.WriteBuffers(bufs)
+		if err == nil && n != int64(want.Len()) {
+			err = errors.New("short write")
+		}
+		if err == nil {
+			_, err = w.Write([]byte("end"))
+		}
+		a.CloseWrite()
+		wrote <- err
+	}()
+	got, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.NoError(t, <-wrote)
+	want.WriteString("end")
+	require.True(t, bytes.Equal(want.Bytes(), got), "got %d bytes, want %d", len(got), want.Len())
+}
+
+// A Read waits in the poller: the conn's deadline ends it with the
+// net package's timeout, and its Close ends it too.
+func TestStreamReadHonoursDeadlineAndClose(t *testing.T) {
+	a, _ := tcpPair(t)
+	s, err := NewStream(a)
+	require.NoError(t, err)
+	require.NoError(t, a.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
+	_, err = s.Read(make([]byte, 10))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+
+	require.NoError(t, a.SetReadDeadline(time.Time{}))
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Read(make([]byte, 10))
+		done <- err
+	}()
+	require.NoError(t, a.Close())
+	require.ErrorIs(t, <-done, net.ErrClosed)
+}
+
+// A write to a peer that has gone fails with the kernel's error; nothing
+// is claimed written that was not.
+func TestStreamWriteToAClosedPeerFails(t *testing.T) {
+	a, b := tcpPair(t)
+	s, err := NewStream(a)
+	require.NoError(t, err)
+	require.NoError(t, b.SetLinger(0))
+	require.NoError(t, b.Close()) // a reset
+	var err2 error
+	for range 100 { // the reset arrives at once on loopback; a few writes see it
+		if _, err2 = s.Write(make([]byte, 1<<16)); err2 != nil {
+			break
+		}
+	}
+	require.Error(t, err2)
+}
