@@ -367,23 +367,39 @@ func (d *pluginDevice) fromNetwork(s *pluginServer) {
 	for i := range bufs {
 		bufs[i] = make([]byte, size)
 	}
+	// A batch receiver lends its packets (the udp provider's GRO
+	// segments) straight to the ring, one copy fewer per packet.
+	var ringErr error
+	deliver := func(n int) bool {
+		for i := range n {
+			if ringErr = d.put(&pkts[i]); ringErr != nil {
+				return false
+			}
+		}
+		ringErr = d.out.Publish()
+		return ringErr == nil
+	}
+	br, lends := d.prov.(vroce.BatchReceiver)
 	for {
 		for i := range pkts {
 			pkts[i].Data = bufs[i]
 		}
-		n, err := d.prov.Recv(pkts)
+		var err error
+		if lends {
+			err = br.RecvEach(pkts, deliver)
+		} else {
+			var n int
+			if n, err = d.prov.Recv(pkts); err == nil {
+				deliver(n)
+			}
+		}
+		if ringErr != nil {
+			return // the ring is closed or corrupt: the host is going
+		}
 		if err != nil {
 			if !errors.Is(err, net.ErrClosed) {
 				s.emit(event{ID: d.id, Kind: eventFatal, Err: err.Error()})
 			}
-			return
-		}
-		for i := range n {
-			if err := d.put(&pkts[i]); err != nil {
-				return
-			}
-		}
-		if err := d.out.Publish(); err != nil {
 			return
 		}
 	}
