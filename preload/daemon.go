@@ -339,7 +339,7 @@ type pendingConnect struct {
 // holds the placeholder already.
 func (d *Daemon) connectAsync(fd int, peer netip.AddrPort, s *session) (message, int, []byte) {
 	reply := message{op: opConnect}
-	ours, theirs, err := socketpair(unix.SOCK_STREAM)
+	ours, theirs, err := bridgePair()
 	if err != nil || !d.acquire() {
 		if err == nil {
 			ours.Close()
@@ -562,7 +562,7 @@ func (d *Daemon) pass(c net.Conn, q *net.UnixConn) error {
 // bridge copies between c and one end of a new socketpair and returns
 // the other end for the program, and the bridge's ID.
 func (d *Daemon) bridge(c net.Conn) (int, uint32, error) {
-	ours, theirs, err := socketpair(unix.SOCK_STREAM)
+	ours, theirs, err := bridgePair()
 	if err != nil {
 		return -1, 0, err
 	}
@@ -601,7 +601,7 @@ type bridged struct {
 	resets *atomic.Uint64
 }
 
-func (b *bridged) run(u *net.UnixConn) {
+func (b *bridged) run(u *bridgeEnd) {
 	info, ok := b.conn.(interface{ Info() rsock.Info })
 	if !ok {
 		copyBoth(b.conn, u, b.count, &b.reset, func() { b.resets.Add(1) })
@@ -637,7 +637,7 @@ func (b *bridged) setLinger0() {
 // ReadFrom and WriteTo (one copy each way, and writev to the socketpair)
 // and counts its own bytes (rsock.Conn.Info); anything else is counted
 // here, into count, as bytes pass.
-func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64, reset *atomic.Bool, peerReset func()) {
+func copyBoth(c net.Conn, u *bridgeEnd, count *atomic.Uint64, reset *atomic.Bool, peerReset func()) {
 	var wg sync.WaitGroup
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { c.Close(); u.Close() }) }
@@ -645,13 +645,8 @@ func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64, reset *atomic.B
 	var to io.Writer = u
 	if count != nil {
 		from, to = counting{u, count}, counting{u, count}
-	} else if s, err := nonblock.NewStream(u); err == nil {
-		// The program's end without the runtime's system-call entry,
-		// which wakes its sleeping monitor thread on every message of a
-		// request-reply exchange (internal/nonblock).
-		from, to = s, s
 	}
-	half := func(copy func() error, dst net.Conn) {
+	half := func(copy func() error, dst any) {
 		defer wg.Done()
 		if copy() != nil {
 			closeBoth()
@@ -682,20 +677,20 @@ func copyBoth(c net.Conn, u *net.UnixConn, count *atomic.Uint64, reset *atomic.B
 	closeBoth()
 }
 
-// counting counts what is read from or written to a conn.
+// counting counts what is read from or written to the program's end.
 type counting struct {
-	net.Conn
-	n *atomic.Uint64
+	rw io.ReadWriter
+	n  *atomic.Uint64
 }
 
 func (c counting) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
+	n, err := c.rw.Read(b)
 	c.n.Add(uint64(n))
 	return n, err
 }
 
 func (c counting) Write(b []byte) (int, error) {
-	n, err := c.Conn.Write(b)
+	n, err := c.rw.Write(b)
 	c.n.Add(uint64(n))
 	return n, err
 }
@@ -778,34 +773,68 @@ func addrOf(a net.Addr) netip.AddrPort {
 // KiB) holds a stream to a fraction of what it carries between hosts.
 const bridgeBuffer = 4 << 20
 
-// socketpair returns our end as a conn and the program's as a descriptor.
-func socketpair(typ int) (*net.UnixConn, int, error) {
-	c, theirs, err := unixsock.Pair(typ)
-	if err != nil {
-		return nil, -1, err
-	}
-	if typ == unix.SOCK_STREAM {
-		// A stream socketpair's queue is charged to its sender: both ends.
-		for _, fd := range []int{theirs, connFD(c)} {
-			for _, opt := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
-				// Forced where allowed (CAP_NET_ADMIN), else up to the
-				// system's cap.
-				if unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[0], bridgeBuffer) != nil {
-					unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt[1], bridgeBuffer)
-				}
-			}
-		}
-	}
-	return c, theirs, nil
+// bridgeEnd is the daemon's end of a bridge's stream socketpair: read
+// and written without the runtime's system-call entry (nonblock.Stream;
+// it wakes the runtime's sleeping monitor thread on every message of a
+// request-reply exchange), and made without what net.FileConn costs a
+// connection (a dup, its address and type queried, the original
+// closed): a pollable *os.File of the descriptor itself.
+type bridgeEnd struct {
+	f *os.File
+	*nonblock.Stream
 }
 
-// connFD is c's descriptor, for a socket option; c keeps it.
-func connFD(c *net.UnixConn) int {
-	fd := -1
-	if rc, err := c.SyscallConn(); err == nil {
-		rc.Control(func(f uintptr) { fd = int(f) })
+// bridgePair makes a bridge's socketpair: our end, and the program's as a
+// descriptor (blocking, as a program's sockets start).
+func bridgePair() (*bridgeEnd, int, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, -1, fmt.Errorf("socketpair: %w", err)
 	}
-	return fd
+	// A stream socketpair's queue is charged to its sender (the
+	// receiver's SO_RCVBUF plays no part): both ends send.
+	for _, fd := range fds {
+		// Forced where allowed (CAP_NET_ADMIN), else up to the system's cap.
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bridgeBuffer) != nil {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, bridgeBuffer)
+		}
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, -1, err
+	}
+	// Non-blocking, so os.NewFile registers it with the runtime's poller.
+	f := os.NewFile(uintptr(fds[0]), "vroced-bridge")
+	s, err := nonblock.NewStream(f)
+	if err != nil {
+		f.Close()
+		unix.Close(fds[1])
+		return nil, -1, err
+	}
+	return &bridgeEnd{f: f, Stream: s}, fds[1], nil
+}
+
+// CloseWrite ends what the daemon sends the program: its reads see EOF.
+func (e *bridgeEnd) CloseWrite() error {
+	rc, err := e.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Shutdown(int(fd), unix.SHUT_WR) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Close closes our end; a Read or Write in progress returns.
+func (e *bridgeEnd) Close() error { return e.f.Close() }
+
+// socketpair returns our end as a conn and the program's as a descriptor
+// (the accept queue's SEQPACKET pair).
+func socketpair(typ int) (*net.UnixConn, int, error) {
+	return unixsock.Pair(typ)
 }
 
 // errnoOf is the errno to give the program for err.
