@@ -12,7 +12,11 @@ import (
 )
 
 // Syscall6 makes system call trap, which must not block: on a descriptor
-// in non-blocking mode, or with MSG_DONTWAIT.
+// in non-blocking mode, or with MSG_DONTWAIT. Unlike syscall.Syscall's,
+// its arguments are not kept alive by the compiler for the call: memory
+// an argument points to must be heap memory the caller still refers to
+// (its own structures' fields, as every caller here passes), which the
+// garbage collector neither frees nor moves.
 func Syscall6(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2 uintptr, err syscall.Errno) {
 	return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
 }
