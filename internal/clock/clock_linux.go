@@ -11,8 +11,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+	"vroce.dev/internal/nonblock"
 )
 
 // Clock wakes one goroutine at a deadline with microsecond precision: a
@@ -63,7 +65,11 @@ func New(epoch time.Time) (*Clock, error) {
 	}
 	c := &Clock{f: f, rc: rc, epoch: epoch, monoEpoch: ts.Nano() - int64(since)}
 	c.armed.Store(math.MaxInt64)
-	c.set = func(fd uintptr) { _ = unix.TimerfdSettime(int(fd), unix.TFD_TIMER_ABSTIME, &c.spec, nil) }
+	// timerfd_settime never blocks: made without the runtime's system
+	// call entry (internal/nonblock says why).
+	c.set = func(fd uintptr) {
+		nonblock.Syscall6(unix.SYS_TIMERFD_SETTIME, fd, unix.TFD_TIMER_ABSTIME, uintptr(unsafe.Pointer(&c.spec)), 0, 0, 0)
+	}
 	// The kernel fires at monoEpoch + armed, which is never before Go's
 	// clock reads armed: once it has fired, this says so.
 	c.passed = func(uintptr) bool { return int64(time.Since(c.epoch)) >= c.armed.Load() }
