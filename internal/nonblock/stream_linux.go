@@ -30,6 +30,7 @@ type Stream struct {
 	wn     int64
 	werr   error
 	iovs   []unix.Iovec
+	one    [1][]byte // Write's buffer list
 	writeF func(fd uintptr) bool
 }
 
@@ -81,8 +82,9 @@ func (s *Stream) read(fd uintptr) bool {
 
 // Write writes all of b, or fails.
 func (s *Stream) Write(b []byte) (int, error) {
-	bufs := [1][]byte{b}
-	n, err := s.WriteBuffers(bufs[:])
+	s.one[0] = b // a buffer list of its own would be an allocation a call
+	n, err := s.WriteBuffers(s.one[:])
+	s.one[0] = nil
 	return int(n), err
 }
 

@@ -104,3 +104,22 @@ func TestStreamWriteToAClosedPeerFails(t *testing.T) {
 	}
 	require.Error(t, err2)
 }
+
+// Reading and writing allocate nothing per call.
+func TestStreamDoesNotAllocate(t *testing.T) {
+	a, b := tcpPair(t)
+	w, err := NewStream(a)
+	require.NoError(t, err)
+	r, err := NewStream(b)
+	require.NoError(t, err)
+	out, in := make([]byte, 512), make([]byte, 512)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := w.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(r, in); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+}
