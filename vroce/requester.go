@@ -400,10 +400,20 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 	}
 	hl, _ := p.EncodeHeaders(buf, n)
 	// A packet that waits in a receive batch (QP.pumpInto) leaves after
-	// the QP's lock is let go, when its work request may have completed
-	// (an ACK later in the batch for a resend, a flush) and its memory be
-	// the application's to write again: it carries a copy, not a loan.
-	if body, ok := w.lendable(k*mtu, n); ok && qp.rx == nil {
+	// the QP's lock is let go. A resend's work request may have completed
+	// by then (an ACK later in the batch for the original) and its memory
+	// be the application's to write again: a resend carries a copy, not a
+	// loan. A first sending cannot be acknowledged before it leaves, but
+	// by a peer acknowledging a PSN it never got, or by a flush to the
+	// error state; the application may then change the bytes, which no
+	// longer fit the ICRC sealed now, and the receiver drops the packet.
+	// Memory stays valid: the batch holds the slice. Lending first
+	// sendings spares ACK-clocked bulk a copy of every byte (write_bw 64
+	// KiB between two namespaces at MTU 9000: 2,311-2,860 to 2,591-3,399
+	// MiB/s in 4 interleaved runs, each faster; loopback 1,536-2,220 to
+	// 1,887-2,891).
+	resend := psnDiff(psn, r.sb.sndMax) < 0
+	if body, ok := w.lendable(k*mtu, n); ok && (qp.rx == nil || !resend) {
 		if trailer > 0 {
 			p.Piggy.Put(buf[hl:])
 		}
