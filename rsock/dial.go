@@ -421,7 +421,7 @@ func (d *Dialer) dialCM(ctx context.Context, network string, raddr netip.AddrPor
 		return nil, err
 	}
 	defer st.unref(false)
-	if !st.recent.fresh(raddr, time.Now()) {
+	if _, reached := st.recent.Get(raddr, time.Now()); !reached {
 		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		r := probe(pctx, st, vroce.ProviderName(d.Provider), raddr)
 		cancel()
@@ -435,7 +435,7 @@ func (d *Dialer) dialCM(ctx context.Context, network string, raddr netip.AddrPor
 	}
 	id, err := st.cm.Connect(ctx, s.qp, raddr, qpParams())
 	if err != nil {
-		st.recent.forget(raddr)
+		st.recent.Delete(raddr) // it failed to answer
 		s.teardown(false)
 		var rej *cm.RejectError
 		if errors.As(err, &rej) {
@@ -451,7 +451,7 @@ func (d *Dialer) dialCM(ctx context.Context, network string, raddr netip.AddrPor
 	}
 	s.setID(id)
 	s.start(hello)
-	st.recent.reached(raddr, time.Now())
+	st.recent.Put(raddr, struct{}{}, time.Now())
 	return newConn(s, network, tcpAddr(st.dev.LocalAddr()), tcpAddr(raddr)), nil
 }
 

@@ -2,8 +2,9 @@ package rsock
 
 import (
 	"net/netip"
-	"sync"
 	"time"
+
+	"vroce.dev/internal/ttlmap"
 )
 
 // A CM dial probes the service first (a socket of its own, a round trip,
@@ -26,45 +27,10 @@ const recentFor = time.Second
 // those it has no room for.
 const maxRecent = 1024
 
-// recentServices are the services reached lately, with when. Owned by
-// its stack; safe for concurrent use.
-type recentServices struct {
-	mu   sync.Mutex
-	seen map[netip.AddrPort]time.Time
-	ttl  time.Duration // how long a reach vouches: recentFor
-}
+// recentServices are the services reached lately: a service counts as
+// there for recentFor after a CM stream to it started.
+type recentServices = ttlmap.Map[netip.AddrPort, struct{}]
 
-// fresh reports whether a reached lately, as of now.
-func (r *recentServices) fresh(a netip.AddrPort, now time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	at, ok := r.seen[a]
-	return ok && now.Sub(at) < r.ttl
-}
-
-// reached records that a accepted a connection at now.
-func (r *recentServices) reached(a netip.AddrPort, now time.Time) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.seen == nil {
-		r.seen = map[netip.AddrPort]time.Time{}
-	}
-	if _, ok := r.seen[a]; !ok && len(r.seen) >= maxRecent {
-		for k, at := range r.seen {
-			if now.Sub(at) >= r.ttl {
-				delete(r.seen, k)
-			}
-		}
-		if len(r.seen) >= maxRecent {
-			return
-		}
-	}
-	r.seen[a] = now
-}
-
-// forget drops a: it failed to answer.
-func (r *recentServices) forget(a netip.AddrPort) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.seen, a)
+func newRecentServices() recentServices {
+	return recentServices{TTL: recentFor, Max: maxRecent}
 }

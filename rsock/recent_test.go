@@ -12,29 +12,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// A stack remembers services for recentFor, at most maxRecent of them
+// (ttlmap's own tests cover the expiry and the bound).
 func TestRecentServicesVouchForAWhile(t *testing.T) {
-	r := recentServices{ttl: recentFor}
+	r := newRecentServices()
 	a := netip.MustParseAddrPort("10.0.0.1:7000")
 	t0 := time.Unix(1000, 0)
-	assert.False(t, r.fresh(a, t0), "never reached")
-	r.reached(a, t0)
-	assert.True(t, r.fresh(a, t0.Add(recentFor-time.Millisecond)))
-	assert.False(t, r.fresh(a, t0.Add(recentFor)), "stale")
-	r.reached(a, t0)
-	r.forget(a)
-	assert.False(t, r.fresh(a, t0), "forgotten after a failed dial")
-
-	// Bounded: a new service past maxRecent is not remembered while the
-	// others are fresh, and takes a stale one's place.
-	for i := range maxRecent {
-		r.reached(netip.AddrPortFrom(netip.MustParseAddr("10.1.0.1"), uint16(i+1)), t0)
-	}
-	late := netip.MustParseAddrPort("10.2.0.1:9")
-	r.reached(late, t0.Add(time.Millisecond))
-	assert.False(t, r.fresh(late, t0.Add(time.Millisecond)), "no room while the others are fresh")
-	r.reached(late, t0.Add(recentFor))
-	assert.True(t, r.fresh(late, t0.Add(recentFor)), "room once they are stale")
-	assert.Len(t, r.seen, 1)
+	_, ok := r.Get(a, t0)
+	assert.False(t, ok, "never reached")
+	r.Put(a, struct{}{}, t0)
+	_, ok = r.Get(a, t0.Add(recentFor-time.Millisecond))
+	assert.True(t, ok)
+	_, ok = r.Get(a, t0.Add(recentFor))
+	assert.False(t, ok, "stale")
+	r.Put(a, struct{}{}, t0)
+	r.Delete(a)
+	_, ok = r.Get(a, t0)
+	assert.False(t, ok, "forgotten after a failed dial")
+	assert.Equal(t, maxRecent, r.Max)
 }
 
 // A CM dial to a service that accepted one of this stack's dials lately
@@ -49,9 +44,7 @@ func TestCMDialsProbeAServiceTheyReachedOnce(t *testing.T) {
 	st, err := d.clientStack(raddr) // the stack the dials share, held open
 	require.NoError(t, err)
 	t.Cleanup(func() { st.unref(false) })
-	st.recent.mu.Lock()
-	st.recent.ttl = time.Hour // the dials' pace is not what is tested
-	st.recent.mu.Unlock()
+	st.recent.SetTTL(time.Hour) // the dials' pace is not what is tested
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for i := range 3 {

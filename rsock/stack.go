@@ -63,7 +63,7 @@ func openStack(c stackConfig) (*stack, error) {
 		return nil, err
 	}
 	s := &stack{dev: dev, streams: map[uint32]*stream{}, target: minPosted, wcs: make([]vroce.WorkCompletion, 64),
-		cfg: c, released: make(chan struct{}), recent: recentServices{ttl: recentFor}}
+		cfg: c, released: make(chan struct{}), recent: newRecentServices()}
 	fail := func(err error) (*stack, error) { dev.Close(); close(s.released); return nil, err }
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return fail(err)

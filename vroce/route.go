@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
+
+	"vroce.dev/internal/ttlmap"
 )
 
 // RouteSource is the local address the routing table picks to reach dst:
@@ -30,54 +31,29 @@ const routeTTL = time.Second
 const maxRoutes = 1024
 
 // routes is the process's route cache.
-var routes = routeCache{ttl: routeTTL, lookup: lookupRoute}
+var routes = routeCache{kept: ttlmap.Map[netip.Addr, netip.Addr]{TTL: routeTTL, Max: maxRoutes}, lookup: lookupRoute}
 
-// routeCache keeps the routing table's answers for a while. Safe for
-// concurrent use.
+// routeCache keeps the routing table's answers for a while (not its
+// failures: the next ask tries again). Safe for concurrent use.
 type routeCache struct {
-	ttl    time.Duration
+	kept   ttlmap.Map[netip.Addr, netip.Addr]
 	lookup func(dst netip.Addr) (netip.Addr, error)
-	mu     sync.Mutex
-	m      map[netip.Addr]routeEntry
-}
-
-type routeEntry struct {
-	src netip.Addr
-	at  time.Time
 }
 
 func (c *routeCache) source(dst netip.Addr, now time.Time) (netip.Addr, error) {
-	c.mu.Lock()
-	e, ok := c.m[dst]
-	c.mu.Unlock()
-	if ok && now.Sub(e.at) < c.ttl {
-		return e.src, nil
+	if src, ok := c.kept.Get(dst, now); ok {
+		return src, nil
 	}
 	src, err := c.lookup(dst)
 	if err != nil {
-		return netip.Addr{}, err // not kept: the next ask tries again
+		return netip.Addr{}, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = make(map[netip.Addr]routeEntry)
-	}
-	if _, ok := c.m[dst]; !ok && len(c.m) >= maxRoutes {
-		for k, old := range c.m {
-			if now.Sub(old.at) >= c.ttl {
-				delete(c.m, k)
-			}
-		}
-		if len(c.m) >= maxRoutes {
-			return src, nil
-		}
-	}
-	c.m[dst] = routeEntry{src: src, at: now}
+	c.kept.Put(dst, src, now)
 	return src, nil
 }
 
 // lookupRoute asks the kernel: the local address of a UDP socket
-// connected to dst.
+// connected to dst (any port: routes are by address).
 func lookupRoute(dst netip.Addr) (netip.Addr, error) {
 	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"vroce.dev/internal/ttlmap"
 )
 
 // The routing table's answer is reused for its TTL and asked again after;
@@ -14,7 +16,7 @@ import (
 func TestRouteCacheKeepsAnswersForTheirTTL(t *testing.T) {
 	asks := 0
 	fail := false
-	c := routeCache{ttl: time.Second, lookup: func(dst netip.Addr) (netip.Addr, error) {
+	c := routeCache{kept: ttlmap.Map[netip.Addr, netip.Addr]{TTL: time.Second, Max: maxRoutes}, lookup: func(dst netip.Addr) (netip.Addr, error) {
 		asks++
 		if fail {
 			return netip.Addr{}, errors.New("no route")
@@ -42,7 +44,7 @@ func TestRouteCacheKeepsAnswersForTheirTTL(t *testing.T) {
 // but not kept, until old answers expire and make room.
 func TestRouteCacheIsBounded(t *testing.T) {
 	asks := 0
-	c := routeCache{ttl: time.Second, lookup: func(netip.Addr) (netip.Addr, error) {
+	c := routeCache{kept: ttlmap.Map[netip.Addr, netip.Addr]{TTL: time.Second, Max: maxRoutes}, lookup: func(netip.Addr) (netip.Addr, error) {
 		asks++
 		return netip.MustParseAddr("10.0.0.1"), nil
 	}}
@@ -52,11 +54,11 @@ func TestRouteCacheIsBounded(t *testing.T) {
 		_, err := c.source(addr(i), t0)
 		require.NoError(t, err)
 	}
-	require.Len(t, c.m, maxRoutes)
+	require.Equal(t, maxRoutes, c.kept.Len())
 	_, _ = c.source(addr(maxRoutes), t0)
 	require.Equal(t, maxRoutes+2, asks, "the one without room is asked again")
 	_, _ = c.source(addr(maxRoutes), t0.Add(time.Second))
-	require.Len(t, c.m, 1, "expired answers make room")
+	require.Equal(t, 1, c.kept.Len(), "expired answers make room")
 }
 
 // Through the kernel: loopback is reached from loopback.
