@@ -483,7 +483,7 @@ func (d *Daemon) listen(fd int) (message, int, []byte) {
 		reply.errno = int32(errnoOf(err))
 		return reply, -1, nil
 	}
-	ours, theirs, err := socketpair(unix.SOCK_SEQPACKET)
+	ours, theirs, err := unixsock.Pair(unix.SOCK_SEQPACKET)
 	if err != nil {
 		rl.Close()
 		reply.errno = int32(errnoOf(err))
@@ -830,12 +830,6 @@ func (e *bridgeEnd) CloseWrite() error {
 
 // Close closes our end; a Read or Write in progress returns.
 func (e *bridgeEnd) Close() error { return e.f.Close() }
-
-// socketpair returns our end as a conn and the program's as a descriptor
-// (the accept queue's SEQPACKET pair).
-func socketpair(typ int) (*net.UnixConn, int, error) {
-	return unixsock.Pair(typ)
-}
 
 // errnoOf is the errno to give the program for err.
 func errnoOf(err error) syscall.Errno {

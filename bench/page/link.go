@@ -41,7 +41,8 @@ func vethLink(mtu int) (*link, error) {
 
 // setLoss has each namespace drop pct percent of the UDP 4791 datagrams
 // it receives, at random (0: none), with nftables. They are datagrams,
-// not GSO bursts, only while the link carries segments (perSegment).
+// not GSO bursts, only while the link carries segments
+// (nspair.Pair.SegmentsOnly).
 func (l *link) setLoss(pct int) error {
 	for _, ns := range []string{l.pair.A, l.pair.B} {
 		_ = nspair.Command(ns, "nft", "delete", "table", "inet", "vroce_loss").Run()
@@ -60,10 +61,6 @@ func (l *link) setLoss(pct int) error {
 	l.loss = pct
 	return nil
 }
-
-// perSegment makes the veth carry one segment per packet, as a wire does
-// (nspair.SegmentsOnly), or stops it.
-func (l *link) perSegment(on bool) error { return l.pair.SegmentsOnly(on) }
 
 func (l *link) close() {
 	if l.pair != nil {

@@ -242,10 +242,10 @@ func runTargets(w io.Writer, perf string, runs int, links []*link) error {
 		// runs of packets, which no wire's random loss does. The lossless
 		// runs they are held against carry segments too.
 		l := links[0]
-		if err := l.perSegment(true); err != nil {
+		if err := l.pair.SegmentsOnly(true); err != nil {
 			return err
 		}
-		defer l.perSegment(false)
+		defer l.pair.SegmentsOnly(false)
 		for _, t := range lossTargets {
 			var figures []float64
 			for range max(runs, 1) {
