@@ -330,9 +330,9 @@ func (r *requester) failAt(qp *QP) int64 {
 // the shorter end of its run anyway: the ACK waits for it when it leaves
 // in this pump. A FIRST with a RETH differs in size anyway, and a resend
 // goes alone: those carry it at once.
-func (r *requester) ackRidesHere(w *sendWQE, k int, psn uint32, mtu int) bool {
+func (r *requester) ackRidesHere(w *sendWQE, k int, psn uint32, mtu int, resend bool) bool {
 	after := w.npsn - k - 1 // the message's packets after this one
-	if after == 0 || k == 0 && w.op.isWrite() || psnDiff(psn, r.sb.sndMax) < 0 {
+	if after == 0 || k == 0 && w.op.isWrite() || resend {
 		return true
 	}
 	// This packet is not in the pipe yet: one less for those after it.
@@ -345,6 +345,7 @@ func (r *requester) ackRidesHere(w *sendWQE, k int, psn uint32, mtu int) bool {
 func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) uint32 {
 	mtu := qp.mtu
 	k := int(psnDiff(psn, w.psn))
+	resend := psnDiff(psn, r.sb.sndMax) < 0 // below the highest PSN sent
 	buf := qp.packetBuf(b)
 	p := wire.Packet{BTH: wire.BTH{PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psn}}
 	n, covers := 0, 1
@@ -385,7 +386,7 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 		first, last := k == 0, off+n >= w.length
 		p.BTH.Opcode = requestOpcode(w.op, first, last)
 		p.BTH.SE = last && w.flags&SendSolicited != 0
-		p.BTH.AckReq = last || r.sinceAckReq >= r.ackInterval() || psnDiff(psn, r.sb.sndMax) < 0
+		p.BTH.AckReq = last || r.sinceAckReq >= r.ackInterval() || resend
 		if first && w.op.isWrite() {
 			p.RETH = wire.RETH{VA: w.raddr, RKey: w.rkey, DMALen: uint32(w.length)}
 		}
@@ -393,7 +394,7 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 			p.Imm = w.imm
 		}
 	}
-	qp.resp.piggyback(qp, &p, r.ackRidesHere(w, k, psn, mtu))
+	qp.resp.piggyback(qp, &p, r.ackRidesHere(w, k, psn, mtu, resend))
 	trailer := 0
 	if p.BTH.PiggyACK {
 		trailer = wire.PiggyACKLen
@@ -412,7 +413,6 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 	// KiB between two namespaces at MTU 9000: 2,311-2,860 to 2,591-3,399
 	// MiB/s in 4 interleaved runs, each faster; loopback 1,536-2,220 to
 	// 1,887-2,891).
-	resend := psnDiff(psn, r.sb.sndMax) < 0
 	if body, ok := w.lendable(k*mtu, n); ok && (qp.rx == nil || !resend) {
 		if trailer > 0 {
 			p.Piggy.Put(buf[hl:])
