@@ -63,18 +63,18 @@ func (s *Stream) Read(b []byte) (int, error) {
 
 func (s *Stream) read(fd uintptr) bool {
 	for {
-		n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&s.rb[0])), uintptr(len(s.rb)))
+		n, err := Read(int(fd), s.rb)
 		switch {
-		case e == unix.EINTR:
+		case err == unix.EINTR:
 			continue
-		case e == unix.EAGAIN:
+		case err == unix.EAGAIN:
 			return false // wait until readable
-		case e != 0:
-			s.rerr = e
+		case err != nil:
+			s.rerr = err
 		case n == 0:
 			s.rerr = io.EOF
 		default:
-			s.rn = int(n)
+			s.rn = n
 		}
 		return true
 	}
