@@ -211,17 +211,20 @@ func (p *proxy) serve(c net.Conn) {
 	defer stop()
 	var up, down int64
 	var wg sync.WaitGroup
-	wg.Go(func() { up = pipe(t, c) })
-	down = pipe(c, t)
+	// Each end as the copies see it, made once for both directions.
+	cEnd, tEnd := copyEnd(c, t), copyEnd(t, c)
+	wg.Go(func() { up = pipe(t, tEnd, cEnd) })
+	down = pipe(c, cEnd, tEnd)
 	wg.Wait()
 	if p.cfg.verbose {
 		p.log.Printf("%v -> %v: closed, %d bytes up, %d down", c.RemoteAddr(), t.RemoteAddr(), up, down)
 	}
 }
 
-// pipe copies src to dst, then half-closes dst so its reader sees the end.
-func pipe(dst, src net.Conn) int64 {
-	n, _ := io.Copy(copyEnd(dst, src), copyEnd(src, dst))
+// pipe copies from src to dst, dst's end as the copy sees it (copyEnd),
+// then half-closes dst so its reader sees the end.
+func pipe(dst net.Conn, to io.Writer, from io.Reader) int64 {
+	n, _ := io.Copy(to, from)
 	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	} else {
@@ -230,7 +233,7 @@ func pipe(dst, src net.Conn) int64 {
 	return n
 }
 
-// copyEnd is c as pipe copies to or from it, across from other. A kernel
+// copyEnd is c as the copies read and write it, across from other. A kernel
 // socket across from a vRoCE stream is read and written without the
 // runtime's system-call entry (internal/nonblock: it wakes the runtime's
 // sleeping monitor thread, on every message of a request-reply
