@@ -47,7 +47,7 @@ func payload(seed uint64, n int) []byte {
 }
 
 // echoServer echoes every accepted stream until its peer half-closes.
-func echoServer(l net.Listener) *sync.WaitGroup {
+func echoServer(t testing.TB, l net.Listener) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -57,8 +57,10 @@ func echoServer(l net.Listener) *sync.WaitGroup {
 			}
 			wg.Go(func() {
 				defer c.Close()
-				if _, err := io.Copy(c, c); err != nil && testing.Verbose() {
-					fmt.Println("echo:", err)
+				if _, err := io.Copy(c, c); err != nil {
+					// A client's failure often starts here: say what the
+					// server's end saw (shown with -v or when the test fails).
+					t.Logf("echo server: %v", err)
 				}
 				c.(interface{ CloseWrite() error }).CloseWrite()
 			})
@@ -97,7 +99,7 @@ func TestManyConcurrentStreamsVerified(t *testing.T) {
 	for _, mode := range []string{ModeSocket, ModeCM} {
 		t.Run(mode, func(t *testing.T) {
 			l := listen(t, &ListenConfig{Mode: mode}, "127.0.0.1:0")
-			served := echoServer(l)
+			served := echoServer(t, l)
 			var wg sync.WaitGroup
 			for i := range 12 {
 				wg.Go(func() {
@@ -140,7 +142,7 @@ func TestSlowReaderDoesNotHoldUpOthers(t *testing.T) {
 		n, _ := stalled.Write(make([]byte, 64<<20))
 		wrote <- n
 	}()
-	served := echoServer(l)
+	served := echoServer(t, l)
 	for i := range 4 {
 		c, err := Dial("tcp", l.Addr().String())
 		if err != nil {
@@ -329,7 +331,7 @@ func TestFallbackOffIsAnError(t *testing.T) {
 // plain TCP client, at once, on one listener.
 func TestOnePortServesEveryKindOfClient(t *testing.T) {
 	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
-	served := echoServer(l)
+	served := echoServer(t, l)
 	dials := map[string]func() (net.Conn, error){
 		"socket": func() (net.Conn, error) { return Dial("tcp", l.Addr().String()) },
 		"cm":     func() (net.Conn, error) { return (&Dialer{Mode: ModeCM}).Dial("tcp", l.Addr().String()) },
@@ -369,7 +371,7 @@ func TestStreamsOverALossyNetwork(t *testing.T) {
 				addr = fmt.Sprintf("127.0.0.1:%d", 7000+i)
 			}
 			l := listen(t, lc, addr)
-			served := echoServer(l)
+			served := echoServer(t, l)
 			d := &Dialer{Mode: mode, Provider: "sim", ProviderOptions: network}
 			var wg sync.WaitGroup
 			for k := range 4 {

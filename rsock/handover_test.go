@@ -21,7 +21,7 @@ func TestServeAnExistingTCPListener(t *testing.T) {
 	l, err := (&ListenConfig{}).Serve(ln)
 	require.NoError(t, err)
 	assert.Equal(t, ln.Addr().String(), l.Addr().String())
-	served := echoServer(l)
+	served := echoServer(t, l)
 
 	c, err := Dial("tcp", l.Addr().String())
 	require.NoError(t, err)
@@ -86,7 +86,7 @@ func TestDialOverAnEstablishedTCPConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
-	served := echoServer(l)
+	served := echoServer(t, l)
 	tc, err := net.DialTCP("tcp", nil, l.Addr().(*net.TCPAddr))
 	require.NoError(t, err)
 	c, err := (&Dialer{}).DialOver(ctx, tc)
