@@ -42,6 +42,9 @@ type result struct {
 	PiggyACKs uint64  `json:"piggybacked_acks"`
 	CWnd      int     `json:"cwnd_packets"`
 	SRTT      float64 `json:"srtt_us"`
+	// streamCounters: a stream's counters (rsock.Info) are filled in,
+	// which has no fast/tail split.
+	streamCounters bool
 	// conn_rate: memory per QP is the growth of the live Go heap and of
 	// the resident set over the run, per connected QP, on each end.
 	Mode             string  `json:"mode,omitempty"`
@@ -114,7 +117,11 @@ func (r *result) print(w io.Writer, asJSON bool) {
 			fmt.Fprintf(w, " CPU %.2f s per GiB (user + system, this process)\n", r.CPUPerGiB)
 		}
 	}
-	if r.Provider != "tcp" && r.Test[:7] != "stream_" {
+	switch {
+	case r.streamCounters:
+		fmt.Fprintf(w, " retransmissions %d, timeouts %d, window %d packets, SRTT %.1f us\n",
+			r.Retransmits, r.Timeouts, r.CWnd, r.SRTT)
+	case r.Provider != "tcp" && r.Test[:7] != "stream_":
 		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",
 			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, r.CWnd, r.SRTT)
 		if r.PiggyACKs > 0 {
