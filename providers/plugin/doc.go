@@ -6,15 +6,18 @@
 // packet":
 //
 //   - Control goes through hashicorp/go-plugin: the handshake (cookie,
-//     versioned protocol), AutoMTLS, a managed client that is killed at
-//     CleanupClients, and gRPC for a few calls (control.go): hello, open
-//     and close a device, stats, the address to reach a peer from, and a
-//     stream of events (a device failed).
+//     versioned protocol), mutual TLS made fresh at each launch (as
+//     AutoMTLS, but with Ed25519 certificates and the plugin's handed to
+//     it on the descriptor socket: mtls.go says why), a managed client
+//     that is killed at CleanupClients, and gRPC for a few calls
+//     (control.go): hello, open and close a device, stats, the address to
+//     reach a peer from, and a stream of events (a device failed).
 //   - Packets cross in shared memory (package ring): each device has a
 //     sealed memfd with a ring each way and four eventfd doorbells.
 //     go-plugin passes no descriptors, so the host gives the plugin one end
 //     of a SOCK_SEQPACKET socketpair as an extra file at launch and sends
-//     each device's descriptors over it (fdpass.go). Its hang-up is each
+//     the plugin's TLS credentials over it first, then each device's
+//     descriptors (fdpass.go). Its hang-up is each
 //     side's notice that the other died: the host then fails every device
 //     the plugin served (their Recv returns an error wrapping
 //     vroce.ErrProviderFailed) and starts a fresh plugin at the next Open;

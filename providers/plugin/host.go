@@ -81,6 +81,17 @@ func launch(path string, checksum []byte) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
+	tlsConfig, creds, err := newCredentials()
+	if err == nil {
+		// The plugin's first read: it is waiting in the socket before the
+		// plugin starts.
+		_, err = host.Write(creds)
+	}
+	if err != nil {
+		host.Close()
+		child.Close()
+		return nil, fmt.Errorf("vroce plugin %s: credentials: %w", path, err)
+	}
 	cmd := exec.Command(path)
 	cmd.ExtraFiles = []*os.File{child} // fd 3: seqpacketFD
 	cfg := &plugin.ClientConfig{
@@ -88,7 +99,7 @@ func launch(path string, checksum []byte) (*process, error) {
 		VersionedPlugins: map[int]plugin.PluginSet{ProtocolVersion: {pluginName: &grpcPlugin{}}},
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
+		TLSConfig:        tlsConfig, // mtls.go: why not AutoMTLS
 		Managed:          true,
 		Logger:           hostLogger(path),
 		StartTimeout:     controlTimeout,

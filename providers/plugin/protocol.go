@@ -5,9 +5,10 @@ import (
 )
 
 // ProtocolVersion numbers the control protocol (the calls and messages
-// of control.go). go-plugin refuses a plugin of another version, naming
-// both.
-const ProtocolVersion = 1
+// of control.go, and the credentials message that opens the descriptor
+// socket). go-plugin refuses a plugin of another version, naming both.
+// Version 2: TLS credentials from the host (mtls.go) instead of AutoMTLS.
+const ProtocolVersion = 2
 
 // handshake is go-plugin's guard against running a plugin binary by
 // hand or as another program's plugin.

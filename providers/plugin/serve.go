@@ -4,6 +4,7 @@ package plugin
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,6 +76,10 @@ func serve(desc Description, version int) error {
 	if err != nil {
 		return fmt.Errorf("no descriptor socket at fd %d (started by something other than vroce.dev?): %w", seqpacketFD, err)
 	}
+	tlsConfig, err := readCredentials(conn)
+	if err != nil {
+		return err
+	}
 	s := &pluginServer{desc: desc, fds: conn, devices: map[uint64]*pluginDevice{}, pending: map[uint64][fdsPerDevice]int{}}
 	s.cond = sync.NewCond(&s.mu)
 	go func() {
@@ -91,6 +96,7 @@ func serve(desc Description, version int) error {
 		HandshakeConfig:  hs,
 		VersionedPlugins: map[int]plugin.PluginSet{version: {pluginName: &grpcPlugin{srv: s}}},
 		GRPCServer:       plugin.DefaultGRPCServer,
+		TLSProvider:      func() (*tls.Config, error) { return tlsConfig, nil },
 		Logger:           hclog.New(&hclog.LoggerOptions{Name: binaryPrefix + desc.Name, Output: os.Stderr, Level: hclog.Warn, JSONFormat: true}),
 	})
 	s.closeAll()
