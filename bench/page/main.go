@@ -46,9 +46,12 @@ type point struct {
 	LatP99     float64 `json:"lat_p99_us"`
 	MsgRate    float64 `json:"msg_rate_mpps"`
 	CPUPerGiB  float64 `json:"cpu_s_per_gib"`
-	Version    string  `json:"version,omitempty"` // quic-perf: quic-go's
-	Link       string  `json:"link,omitempty"`    // where it ran (link.name)
-	Loss       int     `json:"loss_pct,omitempty"`
+	// DeviceOpenMs: how long the client's device took to open (plugin
+	// runs: the plugin's launch with it).
+	DeviceOpenMs float64 `json:"device_open_ms,omitempty"`
+	Version      string  `json:"version,omitempty"` // quic-perf: quic-go's
+	Link         string  `json:"link,omitempty"`    // where it ran (link.name)
+	Loss         int     `json:"loss_pct,omitempty"`
 	// Via is the provider both ends of the run used when it was not the
 	// default (plugin:udp): its TCP figure is that run's.
 	Via string `json:"via,omitempty"`

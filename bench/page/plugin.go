@@ -54,6 +54,15 @@ var pluginTests = []struct {
 // other, runs times on each link, and reports each pair and its ratio
 // (for latency, the difference).
 func runPlugin(w io.Writer, perf string, runs int, links []*link) error {
+	var opens [2][]float64 // device opens, in process and plugin, every run
+	defer func() {
+		for i, name := range []string{"in process", "plugin (its launch included)"} {
+			if o := opens[i]; len(o) > 0 {
+				slices.Sort(o)
+				fmt.Fprintf(w, "device open, %s: p50 %.1f ms (%.1f-%.1f, %d opens)\n", name, o[len(o)/2], o[0], o[len(o)-1], len(o))
+			}
+		}
+	}()
 	for _, l := range links {
 		for _, t := range pluginTests {
 			for r := range max(runs, 1) {
@@ -70,6 +79,9 @@ func runPlugin(w io.Writer, perf string, runs int, links []*link) error {
 						return fmt.Errorf("%s %s over %s: no result", l.name, t.test, prov)
 					}
 					got[i] = v[0].figure()
+					if v[0].DeviceOpenMs > 0 {
+						opens[i] = append(opens[i], v[0].DeviceOpenMs)
+					}
 				}
 				if isLatency(t.test) {
 					fmt.Fprintf(w, "%s %-9s run %d: in process %7.1f us, plugin %7.1f us (+%.1f us)\n", l.name, t.test, r+1, got[0], got[1], got[1]-got[0])

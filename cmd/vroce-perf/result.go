@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"vroce.dev/internal/workload"
@@ -42,6 +43,9 @@ type result struct {
 	PiggyACKs uint64  `json:"piggybacked_acks"`
 	CWnd      int     `json:"cwnd_packets"`
 	SRTT      float64 `json:"srtt_us"`
+	// DeviceOpenMs is how long the client's vroce.Open took: for a
+	// provider out of process, the plugin's launch and its first device.
+	DeviceOpenMs float64 `json:"device_open_ms,omitempty"`
 	// streamCounters: a stream's counters (rsock.Info) are filled in,
 	// which has no fast/tail split.
 	streamCounters bool
@@ -127,6 +131,9 @@ func (r *result) print(w io.Writer, asJSON bool) {
 		if r.PiggyACKs > 0 {
 			fmt.Fprintf(w, " piggybacked ACKs %d of %d\n", r.PiggyACKs, r.ACKs+r.PiggyACKs)
 		}
+	}
+	if r.DeviceOpenMs > 0 && strings.HasPrefix(r.Provider, "plugin:") {
+		fmt.Fprintf(w, " device opened in %.1f ms (the plugin's launch included)\n", r.DeviceOpenMs)
 	}
 	printRefusals(w, r.Refused)
 }

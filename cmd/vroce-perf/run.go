@@ -227,6 +227,7 @@ func driveVerbs(cfg *config, c *control, network *sim.Network) ([]*result, error
 	}
 	if r != nil {
 		r.setCPU(cfg, workload.ProcessCPU()-cpu)
+		r.DeviceOpenMs = float64(s.opened) / 1e6
 	}
 	d := done{}
 	if err != nil {

@@ -27,6 +27,7 @@ type side struct {
 	region int // bytes per QP
 	slots  int // message buffers per QP: ring with --verify, else one
 	mtu    vroce.MTU
+	opened time.Duration // how long vroce.Open took (a plugin's launch too)
 }
 
 // info tells the other side where this side's memory is; the QPs connect
@@ -56,11 +57,12 @@ func newSide(cfg *config, devCfg vroce.Config) (*side, error) {
 	if total := int64(s.region) * int64(cfg.QPs); total > maxBuffer {
 		return nil, fmt.Errorf("buffers of %d bytes (size x qps, x tx-depth with --verify) exceed %d", total, int64(maxBuffer))
 	}
+	start := time.Now()
 	dev, err := vroce.Open(devCfg)
 	if err != nil {
 		return nil, err
 	}
-	s.dev = dev
+	s.dev, s.opened = dev, time.Since(start)
 	fail := func(err error) (*side, error) { dev.Close(); return nil, err }
 	s.mtu = dev.Attr().ActiveMTU
 	if cfg.MTU != 0 {
