@@ -226,6 +226,9 @@ var drain struct {
 // closing its connections, so that its peers see them end cleanly; a
 // listener or connection still open keeps Drain waiting.
 func Drain(ctx context.Context) error {
+	if err := waitExchangeClosers(ctx); err != nil {
+		return err
+	}
 	drain.mu.Lock()
 	if liveStacks.Load() == 0 {
 		drain.mu.Unlock()
@@ -236,6 +239,22 @@ func Drain(ctx context.Context) error {
 	drain.mu.Unlock()
 	select {
 	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitExchangeClosers waits for the dialers' exchange connections to
+// close (closeAfterListener), or ctx to end.
+func waitExchangeClosers(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		exchangeClosers.Wait() // at most listenerCloseWait
+		close(done)
+	}()
+	select {
+	case <-done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
