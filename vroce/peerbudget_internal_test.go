@@ -39,20 +39,49 @@ func TestPeerBudgetQueuesAndWakesForTheRoomGivenBack(t *testing.T) {
 	if qps[1].req.peerTicket.Load() != 0 {
 		t.Fatal("a woken QP still holds its ticket")
 	}
-	// QP 2 is admitted on its own (its ACK pumped it) in the room QP 1
-	// was woken for: its entry is stale, and costs QP 3 nothing.
-	if !b.admit(qps[2], cost, limit) {
-		t.Fatal("refused with room")
+	// The room is QP 1's until it sends: reserved, charged already, so a
+	// QP that sends without queueing cannot take it in the meantime.
+	if got := qps[1].req.peerReserved.Load(); got != cost || b.charged.Load() != 3*cost {
+		t.Fatalf("reserved %d for the woken QP, %d charged; want %d and %d", got, b.charged.Load(), cost, 3*cost)
 	}
-	b.charge(cost, &w, 0)
+	if b.admit(qps[2], cost, limit) {
+		t.Fatal("QP 2 took the room reserved for QP 1")
+	}
+	qps[1].req.peerReserved.Store(0) // QP 1 sent: the charge is its own now
 	w = w[:0]
-	b.charge(-cost, &w, 0)
-	if len(w) != 1 || w[0] != qps[3] {
-		t.Fatalf("woke %v, want QP 3 after skipping QP 2's stale entry", w)
+	b.charge(-3*cost, &w, 0)
+	if len(w) != 2 || w[0] != qps[2] || w[1] != qps[3] {
+		t.Fatalf("woke %v, want QPs 2 and 3 in their order", w)
 	}
 	if b.waiting.Len() != 0 {
 		t.Fatalf("%d entries left queued", b.waiting.Len())
 	}
+	// A QP admitted on its own while queued (its ACK pumped it, in room
+	// the front of the queue is too large for) leaves a stale entry,
+	// skipped at the next wake.
+	qps[2].req.peerReserved.Store(0)
+	qps[3].req.peerReserved.Store(0) // both sent: charged 2 x cost
+	b.charge(cost, &w, 0)            // 30: full
+	w = w[:0]
+	if b.admit(qps[1], 2*cost, limit) || b.admit(qps[2], cost, limit) {
+		t.Fatal("admitted past the limit")
+	}
+	b.charge(-cost, &w, 0) // room for one small packet: QP 1 (2 x cost) is too large for it
+	if len(w) != 0 {
+		t.Fatalf("woke %v for room the first in line cannot use", w)
+	}
+	if !b.admit(qps[2], cost, limit) {
+		t.Fatal("refused with room")
+	}
+	b.charge(cost, &w, 0)
+	b.charge(-3*cost, &w, 0)
+	if len(w) != 1 || w[0] != qps[1] {
+		t.Fatalf("woke %v, want QP 1 and QP 2's stale entry skipped", w)
+	}
+	if b.waiting.Len() != 0 {
+		t.Fatalf("%d entries left queued", b.waiting.Len())
+	}
+	qps[1].req.peerReserved.Store(0) // QP 1 sent: 2 x cost in flight
 	// A QP that leaves while queued is never woken.
 	b.charge(cost, &w, 0)
 	w = w[:0]

@@ -62,6 +62,10 @@ type requester struct {
 	peer       *peerBudget
 	peerCharge int64
 	peerTicket atomic.Uint64
+	// peerReserved is budget a waker charged for the QP's next packet
+	// (peerBudget.reserve), not yet in peerCharge: added by the waker,
+	// taken by the QP.
+	peerReserved atomic.Int64
 }
 
 func (r *requester) init() {
@@ -86,8 +90,8 @@ func (r *requester) leavePeer(qp *QP) {
 	if r.peer == nil {
 		return
 	}
-	r.peer.charge(-r.peerCharge, qp.dev, qp.dev.now())
 	qp.dev.peers.leave(r.peer, qp)
+	r.peer.charge(-r.peerCharge-r.peerReserved.Swap(0), qp.dev, qp.dev.now())
 	r.peer, r.peerCharge = nil, 0
 }
 
@@ -118,6 +122,10 @@ func (r *requester) peerAdmits(qp *QP, now int64) bool {
 	}
 	// What this pump has sent so far is charged when it ends (one
 	// atomic add a pump, not one a packet): count it with the packet.
+	if res := r.peerReserved.Swap(0); res > 0 {
+		r.peerCharge += res // settlePeer gives back what goes unsent
+		return true
+	}
 	cost, limit := peerCost(qp.mtu), peerLimit(qp.mtu)
 	if r.peer.fits(r.peerWant(qp)-r.peerCharge+cost, limit) {
 		return true
