@@ -50,6 +50,9 @@ type peerBudget struct {
 	addr    netip.AddrPort
 	charged atomic.Int64 // bytes charged by packets in flight
 	queued  atomic.Int32 // len(waiting), read without mu by whoever gives back
+	// srtt smooths the RTT samples of all the peer's QPs (smoothInto): a
+	// QP without a sample yet times its packets by it (lossRecovery.peer).
+	srtt atomic.Int64
 
 	mu      sync.Mutex // guards everything below
 	waiting fifo.Queue[budgetWaiter]

@@ -1,5 +1,11 @@
 package vroce
 
+import (
+	"sync/atomic"
+
+	"vroce.dev/internal/rtt"
+)
+
 // Loss recovery for an RC requester: the RTT estimate, the retransmission
 // timeout with its backoff (and Karn's rule on what may end it), the
 // tail-loss probe, and what the path's recent losses say about how soon a
@@ -11,7 +17,16 @@ package vroce
 // lossRecovery is an RC requester's timers and RTT state. The QP's
 // requester owns it, under qp.mu.
 type lossRecovery struct {
-	rtt         rttEstimator
+	rtt rttEstimator
+	// peer is the SRTT of the samples the QP's peer's QPs took
+	// (peerBudget's), which stands in for a sample of the QP's own until
+	// it has one, as Linux seeds a TCP connection from its destination's
+	// cached metrics: a new stream to a busy peer whose queue holds its
+	// packets for 100 ms is not timed by the 10 ms meant for a peer
+	// nobody has measured. (It cannot help QPs that all start at once:
+	// with 10,000 of them every first packet timed out, and Karn's rule
+	// takes no sample from a resent one.) nil without a peer budget.
+	peer        *atomic.Int64
 	backoff     int   // RTO doublings since the last progress with a fresh sample
 	freshSample bool  // an RTT sample since the RTO last backed off
 	rtoAt       int64 // retransmission timeout, 0 when nothing is in flight
@@ -46,6 +61,37 @@ const (
 func (l *lossRecovery) sample(d int64) {
 	l.rtt.Sample(d)
 	l.freshSample = true
+	if l.peer != nil {
+		smoothInto(l.peer, d)
+	}
+}
+
+// smoothInto folds sample d into the SRTT at p, which the peer's QPs
+// share: the RFC 6298 gain, so that one QP's quick answer does not stand
+// for a peer whose queue holds the others'.
+func smoothInto(p *atomic.Int64, d int64) {
+	for {
+		old := p.Load()
+		next := d
+		if old > 0 {
+			next = old + (d-old)/8
+		}
+		if p.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// estimate is the RTT estimate the timers go by: the QP's own, or before
+// its first sample the peer's SRTT taken as one (RFC 6298's first
+// sample: an RTO of three times it).
+func (l *lossRecovery) estimate() rttEstimator {
+	if l.rtt.SRTT == 0 && l.peer != nil {
+		if p := l.peer.Load(); p > 0 {
+			return rttEstimator{rtt.Estimator{SRTT: p, RTTVar: p / 2, MinRTT: p, Latest: p}}
+		}
+	}
+	return l.rtt
 }
 
 // disarm stops the RTO and the probe: nothing is in flight.
@@ -58,7 +104,8 @@ func (l *lossRecovery) disarm() { l.rtoAt, l.probeAt = 0, 0 }
 // resendsQueued whether resends are queued: they draw the SACK a probe
 // would.
 func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued bool) {
-	rto := l.rtt.rto(l.backoff, ackTimeout) + wait
+	est := l.estimate()
+	rto := est.rto(l.backoff, ackTimeout) + wait
 	if ackTimeout > 0 {
 		rto = min(rto, ackTimeout)
 	}
@@ -79,7 +126,7 @@ func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued bool) {
 		// until the RTO (117 packets in 40 ms to rxe). So a PTO apart, the
 		// last a quarter RTO before it: at most (RTO * 3/4) / PTO + 1
 		// probes per RTO.
-		if at := min(now+l.rtt.pto(l.probeFloor(now))+wait, l.rtoAt-rto/4); at > now {
+		if at := min(now+est.pto(l.probeFloor(now))+wait, l.rtoAt-rto/4); at > now {
 			l.probeAt = at
 		}
 	}

@@ -1,6 +1,7 @@
 package vroce
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -140,4 +141,27 @@ func TestRecoveryTellsASpuriousTimeout(t *testing.T) {
 	l.backoff = 3
 	l.onSpuriousTimeout()
 	assert.Zero(t, l.backoff)
+}
+
+// A QP without an RTT sample of its own times its first packets by what
+// its peer's other QPs measured (RFC 6298's first sample: three times
+// it), not by the default meant for a peer nobody has measured; once it
+// has a sample, its own.
+func TestAFreshQPTimesItsPacketsByItsPeersRTT(t *testing.T) {
+	const now = int64(1_000_000_000)
+	var peer atomic.Int64
+	r := lossRecovery{peer: &peer}
+	r.arm(now, 0, 0, false)
+	assert.Equal(t, now+defaultRTO, r.rtoAt, "nobody has measured the peer: the default")
+
+	peer.Store(100_000_000) // the peer's queue holds packets for 100 ms
+	r.disarm()
+	r.arm(now, 0, 0, false)
+	assert.Equal(t, now+300_000_000, r.rtoAt, "three times the peer's SRTT")
+
+	r.sample(40_000) // its own first sample: 40 us
+	assert.Equal(t, int64(100_000_000+(40_000-100_000_000)/8), peer.Load(), "its sample smoothed into the peer's")
+	r.disarm()
+	r.arm(now, 0, 0, false)
+	assert.Equal(t, now+minRTO, r.rtoAt, "its own estimate, at the floor")
 }

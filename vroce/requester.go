@@ -81,6 +81,7 @@ func (r *requester) start(qp *QP) {
 	r.progressAt = qp.dev.now()
 	if r.peer == nil {
 		r.peer = qp.dev.peers.join(qp.flow.Dst)
+		r.rec.peer = &r.peer.srtt
 	}
 }
 
@@ -92,7 +93,7 @@ func (r *requester) leavePeer(qp *QP) {
 	}
 	qp.dev.peers.leave(r.peer, qp)
 	r.peer.charge(-r.peerCharge-r.peerReserved.Swap(0), qp.dev, qp.dev.now())
-	r.peer, r.peerCharge = nil, 0
+	r.peer, r.peerCharge, r.rec.peer = nil, 0, nil
 }
 
 // settlePeer brings the QP's charge on its peer budget to what it has in
