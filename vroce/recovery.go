@@ -23,13 +23,13 @@ type lossRecovery struct {
 	// it has one, as Linux seeds a TCP connection from its destination's
 	// cached metrics: a new stream to a busy peer whose queue holds its
 	// packets for 100 ms is not timed by the 10 ms meant for a peer
-	// nobody has measured. (It cannot help QPs that all start at once:
-	// with 10,000 of them every first packet timed out, and Karn's rule
-	// takes no sample from a resent one.) nil without a peer budget.
+	// nobody has measured. A sample-less QP's timeout raises it too
+	// (peerAtLeast). nil without a peer budget.
 	peer        *atomic.Int64
 	backoff     int   // RTO doublings since the last progress with a fresh sample
 	freshSample bool  // an RTT sample since the RTO last backed off
 	rtoAt       int64 // retransmission timeout, 0 when nothing is in flight
+	armedRTO    int64 // the timeout rtoAt was armed with
 	probeAt     int64 // tail-loss probe, 0 when none is due
 	// lossAt is when the path last lost a packet, as far as the
 	// requester can tell (see quietProbeFloor). A timer's resend of
@@ -63,6 +63,25 @@ func (l *lossRecovery) sample(d int64) {
 	l.freshSample = true
 	if l.peer != nil {
 		smoothInto(l.peer, d)
+	}
+}
+
+// peerAtLeast tells the peer's estimate that a packet of this QP, which
+// has no sample of its own, went unanswered for d: a lower bound on the
+// peer's RTT, unless the packet was lost. Karn's rule takes no sample
+// from the resend's answer, so when every QP to a peer starts at once
+// into a queue longer than the default timeout, none of them would ever
+// learn the peer's RTT from its own packets, and every first packet of
+// 10,000 streams was resent three or four times into that queue.
+func (l *lossRecovery) peerAtLeast(d int64) {
+	if l.rtt.SRTT != 0 || l.peer == nil || d <= 0 {
+		return
+	}
+	for {
+		old := l.peer.Load()
+		if old >= d || l.peer.CompareAndSwap(old, d) {
+			return
+		}
 	}
 }
 
@@ -110,7 +129,7 @@ func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued bool) {
 		rto = min(rto, ackTimeout)
 	}
 	if l.rtoAt == 0 {
-		l.rtoAt = now + rto
+		l.rtoAt, l.armedRTO = now+rto, rto
 	}
 	// A loss probe after two quiet RTTs: the last packets of a flight,
 	// whether the flight ends the data or fills the window, have no later
@@ -155,6 +174,7 @@ func (l *lossRecovery) onLossDetectionTimeout(now int64) timeoutKind {
 		}
 		// Karn: only a sample taken after this backoff may end it.
 		l.backoff, l.freshSample = l.backoff+1, false
+		l.peerAtLeast(l.armedRTO)
 		l.rtoAt, l.probeAt = 0, 0
 		return kind
 	case l.probeAt != 0 && now >= l.probeAt:

@@ -165,3 +165,28 @@ func TestAFreshQPTimesItsPacketsByItsPeersRTT(t *testing.T) {
 	r.arm(now, 0, 0, false)
 	assert.Equal(t, now+minRTO, r.rtoAt, "its own estimate, at the floor")
 }
+
+// A QP with no sample whose packet goes unanswered for its whole RTO
+// tells its peer's estimate that the peer takes at least that long, so
+// the next fresh QPs to it wait longer; Karn's rule would give none of
+// them a sample from their resends. A QP with a sample of its own (its
+// timeout a loss, not an unknown RTT) leaves the peer's estimate alone.
+func TestAnUnansweredFreshQPRaisesItsPeersRTT(t *testing.T) {
+	const now = int64(1_000_000_000)
+	var peer atomic.Int64
+	a := lossRecovery{peer: &peer}
+	a.arm(now, 0, 0, false)
+	assert.Equal(t, firstTimeout, a.onLossDetectionTimeout(now+defaultRTO))
+	assert.Equal(t, int64(defaultRTO), peer.Load(), "the peer answers no sooner than the RTO that passed")
+
+	b := lossRecovery{peer: &peer}
+	b.arm(now, 0, 0, false)
+	assert.Equal(t, now+3*defaultRTO, b.rtoAt, "the next fresh QP waits three times that")
+
+	c := lossRecovery{peer: &peer}
+	c.sample(40_000)
+	before := peer.Load()
+	c.arm(now, 0, 0, false)
+	assert.Equal(t, firstTimeout, c.onLossDetectionTimeout(c.rtoAt))
+	assert.Equal(t, before, peer.Load(), "a sampled QP's timeout is a loss: the peer's estimate stands")
+}
