@@ -3,7 +3,9 @@
 // same chain of proxies over kernel TCP, in one run: redis-benchmark
 // against redis-server, iperf3, and wrk against nginx serving a 64 KiB
 // file at several connection counts, and a 1 KiB echo at 8 to 3,000
-// connections (the cost per request as streams grow).
+// connections (the cost per request as streams grow); then the echo over
+// the vRoCE chain alone at 200 and 10,000 streams, each against the
+// first (-echo-scale).
 //
 //	make bench-programs    # or: go run ./bench/programs -proxy bin/rsock-proxy -runs 3
 //
@@ -62,6 +64,7 @@ func main() {
 	conns := flag.String("wrk-conns", "2,32,200", "wrk connection counts")
 	requests := flag.Int("redis-requests", 100000, "requests per redis-benchmark run")
 	echoConns := flag.String("echo-conns", "8,200,1000,3000", "connection counts of the 1 KiB echo (cost per request as streams grow)")
+	echoScale := flag.String("echo-scale", "200,10000", "connection counts of the 1 KiB echo over the vRoCE chain alone, each against the first (the TCP chain's proxies cannot hold 10,000 here); empty: none")
 	linkKind := flag.String("link", "", "veth (two namespaces, root) or loopback; default veth as root")
 	echoServer := flag.String("echo-server", "", "internal: serve the echo on this address")
 	echoClient := flag.String("echo-client", "", "internal: run the echo load against this address")
@@ -82,7 +85,7 @@ func main() {
 	case *preload:
 		err = runPreload(preloadRun{proxy: *proxy, vroceRun: *vroceRun, perf: *perf, link: *linkKind, runs: *runs, dur: *dur, requests: *requests})
 	default:
-		err = run(*proxy, *linkKind, *runs, *dur, *conns, *echoConns, *requests)
+		err = run(*proxy, *linkKind, *runs, *dur, *conns, *echoConns, *echoScale, *requests)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/programs:", err)
@@ -136,7 +139,7 @@ func checkTools() error {
 	return nil
 }
 
-func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList string, requests int) error {
+func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList, scaleList string, requests int) error {
 	if err := checkTools(); err != nil {
 		return err
 	}
@@ -150,6 +153,12 @@ func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList
 	echoConns, err := counts("-echo-conns", echoList)
 	if err != nil {
 		return err
+	}
+	var scaleConns []int
+	if scaleList != "" {
+		if scaleConns, err = counts("-echo-scale", scaleList); err != nil {
+			return err
+		}
 	}
 
 	self, err := os.Executable()
@@ -218,6 +227,37 @@ func run(proxy, linkKind string, runs int, dur time.Duration, connList, echoList
 		slices.Sort(ratios)
 		fmt.Printf("| %s | %.4g %s | %.4g %s | %.2fx | %.2f-%.2fx |\n", w.name, median(vs), w.unit, median(ts), w.unit,
 			median(ratios), ratios[0], ratios[len(ratios)-1])
+	}
+	return echoScaleTable(chains["vroce"], self, scaleConns, runs, dur)
+}
+
+// echoScaleTable measures the 1 KiB echo over the vRoCE chain at each
+// count in turn, runs times, and gives each count's rate against the
+// first count's in the same run: issue 20's flat cost per request up to
+// 10,000 streams is a ratio of 1.
+func echoScaleTable(c *chain, self string, conns []int, runs int, dur time.Duration) error {
+	if len(conns) < 2 {
+		return nil
+	}
+	rates := make([][]float64, len(conns))
+	for range runs {
+		for i, n := range conns {
+			v, err := c.echoLoad(self, n, dur)
+			if err != nil {
+				return fmt.Errorf("1 KiB echo over the vRoCE chain, %d connections: %w", n, err)
+			}
+			rates[i] = append(rates[i], v)
+		}
+	}
+	fmt.Printf("\nThe 1 KiB echo over the vRoCE chain alone as the streams grow (%d runs, counts taking turns); a flat cost per request is a ratio of 1.\n\n", runs)
+	fmt.Printf("| connections | requests/s (median) | against %d, median | spread |\n|---|---|---|---|\n", conns[0])
+	for i, n := range conns {
+		ratios := make([]float64, runs)
+		for r := range runs {
+			ratios[r] = rates[i][r] / rates[0][r]
+		}
+		slices.Sort(ratios)
+		fmt.Printf("| %d | %.4g | %.2fx | %.2f-%.2fx |\n", n, median(rates[i]), median(ratios), ratios[0], ratios[len(ratios)-1])
 	}
 	return nil
 }

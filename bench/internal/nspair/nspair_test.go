@@ -34,6 +34,10 @@ func TestMakeAndClose(t *testing.T) {
 		if !strings.Contains(string(out), end.addr+"/24") || !strings.Contains(string(out), "mtu 1400") || !strings.Contains(string(out), "UP") {
 			t.Fatalf("%s's %s: want %s/24, mtu 1400, up:\n%s", end.ns, end.dev, end.addr, out)
 		}
+		reuse, err := Command(end.ns, "cat", "/proc/sys/net/ipv4/tcp_tw_reuse").Output()
+		if err != nil || strings.TrimSpace(string(reuse)) != "1" {
+			t.Fatalf("%s: tcp_tw_reuse %q (%v), want 1", end.ns, reuse, err)
+		}
 	}
 	p.Close()
 	closed = true
