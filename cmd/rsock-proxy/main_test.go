@@ -37,12 +37,11 @@ func chain(t *testing.T, target string) (entry string, vroceLog *streamtest.Sync
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Without fallback, as the benchmarks run it: a probe answered late
-	// (a CI machine running every package's tests at once with -race once
-	// took three of 16 dials past the 200 ms a falling-back dial waits)
-	// waits longer instead of carrying the connection over TCP, which the
-	// tests here would count against vRoCE. TestNoFallbackRefusesATCPTarget
-	// covers both settings.
+	// Without fallback, as the benchmarks run it: a dial whose probe is
+	// answered late waits for it rather than carrying the connection over
+	// TCP, which the tests here count against vRoCE (on a loaded CI machine
+	// probes took over the 200 ms a falling-back dial waits).
+	// TestNoFallbackRefusesATCPTarget covers both settings.
 	b, err := start(config{listen: endpoint{addr: "127.0.0.1:0"}, to: endpoint{vroce: true, addr: a.Addr().String()}, dialTimeout: 5 * time.Second, noFallback: true},
 		log.New(io.Discard, "", 0))
 	if err != nil {
