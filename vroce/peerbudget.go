@@ -50,9 +50,7 @@ type peerBudget struct {
 	addr    netip.AddrPort
 	charged atomic.Int64 // bytes charged by packets in flight
 	queued  atomic.Int32 // len(waiting), read without mu by whoever gives back
-	// srtt smooths the RTT samples of all the peer's QPs (smoothInto): a
-	// QP without a sample yet times its packets by it (lossRecovery.peer).
-	srtt atomic.Int64
+	rtt     peerRTT      // what the peer's QPs measure of it
 
 	mu      sync.Mutex // guards everything below
 	waiting fifo.Queue[budgetWaiter]
@@ -174,8 +172,8 @@ func (b *peerBudget) charge(delta int64, d qpWaker, now int64) {
 }
 
 // reserve charges cost for qp's next packet before qp runs: the QP takes
-// it as its own charge when it sends (takeReserved), or gives it back
-// when it settles without sending.
+// it as its own charge when it next asks (requester.peerAdmits), and
+// settlePeer gives back what it then does not send.
 func (b *peerBudget) reserve(qp *QP, cost int64) {
 	b.charged.Add(cost)
 	qp.req.peerReserved.Add(cost)

@@ -1,11 +1,5 @@
 package vroce
 
-import (
-	"sync/atomic"
-
-	"vroce.dev/internal/rtt"
-)
-
 // Loss recovery for an RC requester: the RTT estimate, the retransmission
 // timeout with its backoff (and Karn's rule on what may end it), the
 // tail-loss probe, and what the path's recent losses say about how soon a
@@ -18,14 +12,14 @@ import (
 // requester owns it, under qp.mu.
 type lossRecovery struct {
 	rtt rttEstimator
-	// peer is the SRTT of the samples the QP's peer's QPs took
-	// (peerBudget's), which stands in for a sample of the QP's own until
+	// peer is the RTT the QP's peer's QPs measure (peerBudget's), which
+	// stands in for a sample of the QP's own until
 	// it has one, as Linux seeds a TCP connection from its destination's
 	// cached metrics: a new stream to a busy peer whose queue holds its
 	// packets for 100 ms is not timed by the 10 ms meant for a peer
 	// nobody has measured. A sample-less QP's timeout raises it too
 	// (peerAtLeast). nil without a peer budget.
-	peer        *atomic.Int64
+	peer        *peerRTT
 	backoff     int   // RTO doublings since the last progress with a fresh sample
 	freshSample bool  // an RTT sample since the RTO last backed off
 	rtoAt       int64 // retransmission timeout, 0 when nothing is in flight
@@ -62,52 +56,27 @@ func (l *lossRecovery) sample(d int64) {
 	l.rtt.Sample(d)
 	l.freshSample = true
 	if l.peer != nil {
-		smoothInto(l.peer, d)
+		l.peer.sample(d)
 	}
 }
 
 // peerAtLeast tells the peer's estimate that a packet of this QP, which
 // has no sample of its own, went unanswered for d: a lower bound on the
-// peer's RTT, unless the packet was lost. Karn's rule takes no sample
-// from the resend's answer, so when every QP to a peer starts at once
-// into a queue longer than the default timeout, none of them would ever
-// learn the peer's RTT from its own packets, and every first packet of
-// 10,000 streams was resent three or four times into that queue.
+// peer's RTT, unless the packet was lost (peerRTT.atLeast). Every first
+// packet of 10,000 streams starting at once was otherwise resent three
+// or four times into the peer's queue.
 func (l *lossRecovery) peerAtLeast(d int64) {
-	if l.rtt.SRTT != 0 || l.peer == nil || d <= 0 {
-		return
-	}
-	for {
-		old := l.peer.Load()
-		if old >= d || l.peer.CompareAndSwap(old, d) {
-			return
-		}
-	}
-}
-
-// smoothInto folds sample d into the SRTT at p, which the peer's QPs
-// share: the RFC 6298 gain, so that one QP's quick answer does not stand
-// for a peer whose queue holds the others'.
-func smoothInto(p *atomic.Int64, d int64) {
-	for {
-		old := p.Load()
-		next := d
-		if old > 0 {
-			next = old + (d-old)/8
-		}
-		if p.CompareAndSwap(old, next) {
-			return
-		}
+	if l.rtt.SRTT == 0 && l.peer != nil && d > 0 {
+		l.peer.atLeast(d)
 	}
 }
 
 // estimate is the RTT estimate the timers go by: the QP's own, or before
-// its first sample the peer's SRTT taken as one (RFC 6298's first
-// sample: an RTO of three times it).
+// its first sample its peer's.
 func (l *lossRecovery) estimate() rttEstimator {
 	if l.rtt.SRTT == 0 && l.peer != nil {
-		if p := l.peer.Load(); p > 0 {
-			return rttEstimator{rtt.Estimator{SRTT: p, RTTVar: p / 2, MinRTT: p, Latest: p}}
+		if p := l.peer.estimate(); p.SRTT > 0 {
+			return rttEstimator{p}
 		}
 	}
 	return l.rtt

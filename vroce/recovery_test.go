@@ -1,7 +1,6 @@
 package vroce
 
 import (
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -149,18 +148,18 @@ func TestRecoveryTellsASpuriousTimeout(t *testing.T) {
 // has a sample, its own.
 func TestAFreshQPTimesItsPacketsByItsPeersRTT(t *testing.T) {
 	const now = int64(1_000_000_000)
-	var peer atomic.Int64
+	var peer peerRTT
 	r := lossRecovery{peer: &peer}
 	r.arm(now, 0, 0, false)
 	assert.Equal(t, now+defaultRTO, r.rtoAt, "nobody has measured the peer: the default")
 
-	peer.Store(100_000_000) // the peer's queue holds packets for 100 ms
+	peer.sample(100_000_000) // another QP: the peer's queue holds packets for 100 ms
 	r.disarm()
 	r.arm(now, 0, 0, false)
 	assert.Equal(t, now+300_000_000, r.rtoAt, "three times the peer's SRTT")
 
 	r.sample(40_000) // its own first sample: 40 us
-	assert.Equal(t, int64(100_000_000+(40_000-100_000_000)/8), peer.Load(), "its sample smoothed into the peer's")
+	assert.Equal(t, int64(100_000_000+(40_000-100_000_000)/8), peer.estimate().SRTT, "its sample smoothed into the peer's")
 	r.disarm()
 	r.arm(now, 0, 0, false)
 	assert.Equal(t, now+minRTO, r.rtoAt, "its own estimate, at the floor")
@@ -173,11 +172,11 @@ func TestAFreshQPTimesItsPacketsByItsPeersRTT(t *testing.T) {
 // timeout a loss, not an unknown RTT) leaves the peer's estimate alone.
 func TestAnUnansweredFreshQPRaisesItsPeersRTT(t *testing.T) {
 	const now = int64(1_000_000_000)
-	var peer atomic.Int64
+	var peer peerRTT
 	a := lossRecovery{peer: &peer}
 	a.arm(now, 0, 0, false)
 	assert.Equal(t, firstTimeout, a.onLossDetectionTimeout(now+defaultRTO))
-	assert.Equal(t, int64(defaultRTO), peer.Load(), "the peer answers no sooner than the RTO that passed")
+	assert.Equal(t, int64(defaultRTO), peer.estimate().SRTT, "the peer answers no sooner than the RTO that passed")
 
 	b := lossRecovery{peer: &peer}
 	b.arm(now, 0, 0, false)
@@ -185,8 +184,8 @@ func TestAnUnansweredFreshQPRaisesItsPeersRTT(t *testing.T) {
 
 	c := lossRecovery{peer: &peer}
 	c.sample(40_000)
-	before := peer.Load()
+	before := peer.estimate()
 	c.arm(now, 0, 0, false)
 	assert.Equal(t, firstTimeout, c.onLossDetectionTimeout(c.rtoAt))
-	assert.Equal(t, before, peer.Load(), "a sampled QP's timeout is a loss: the peer's estimate stands")
+	assert.Equal(t, before, peer.estimate(), "a sampled QP's timeout is a loss: the peer's estimate stands")
 }

@@ -81,7 +81,7 @@ func (r *requester) start(qp *QP) {
 	r.progressAt = qp.dev.now()
 	if r.peer == nil {
 		r.peer = qp.dev.peers.join(qp.flow.Dst)
-		r.rec.peer = &r.peer.srtt
+		r.rec.peer = &r.peer.rtt
 	}
 }
 

@@ -1,6 +1,10 @@
 package vroce
 
-import "vroce.dev/internal/rtt"
+import (
+	"sync"
+
+	"vroce.dev/internal/rtt"
+)
 
 // rttEstimator is the module's RTT estimator (internal/rtt) with an RC
 // requester's timeouts on top: the RTO and the tail-loss probe.
@@ -49,4 +53,38 @@ func (e *rttEstimator) pto(floor int64) int64 {
 		return defaultRTO / 2
 	}
 	return max(max(2*e.SRTT, e.SRTT+4*e.RTTVar)+rttNoise, floor)
+}
+
+// peerRTT is the RTT of one peer as all of a device's QPs to it measure
+// it (their peer budget holds it): the module's estimator fed every QP's
+// samples, under a lock since the QPs' locks are their own. A QP without
+// a sample of its own yet times its packets by it (lossRecovery.peer).
+type peerRTT struct {
+	mu sync.Mutex
+	e  rtt.Estimator
+}
+
+func (p *peerRTT) sample(d int64) {
+	p.mu.Lock()
+	p.e.Sample(d)
+	p.mu.Unlock()
+}
+
+// atLeast says the peer took at least d to answer (a sample-less QP's
+// timeout passed): the estimate rises to d as from a first sample, if it
+// is lower. Karn's rule leaves no other way to learn it when every QP
+// to the peer starts at once into a queue longer than the timeout.
+func (p *peerRTT) atLeast(d int64) {
+	p.mu.Lock()
+	if p.e.SRTT < d {
+		p.e = rtt.Estimator{}
+		p.e.Sample(d)
+	}
+	p.mu.Unlock()
+}
+
+func (p *peerRTT) estimate() rtt.Estimator {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.e
 }
