@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 	"time"
 
 	"vroce.dev/internal/workload"
@@ -46,9 +45,6 @@ type result struct {
 	// DeviceOpenMs is how long the client's vroce.Open took: for a
 	// provider out of process, the plugin's launch and its first device.
 	DeviceOpenMs float64 `json:"device_open_ms,omitempty"`
-	// streamCounters: a stream's counters (rsock.Info) are filled in,
-	// which has no fast/tail split.
-	streamCounters bool
 	// conn_rate: memory per QP is the growth of the live Go heap and of
 	// the resident set over the run, per connected QP, on each end.
 	Mode             string  `json:"mode,omitempty"`
@@ -122,18 +118,19 @@ func (r *result) print(w io.Writer, asJSON bool) {
 		}
 	}
 	switch {
-	case r.streamCounters:
+	case r.Provider == "tcp":
+	case r.Test[:7] == "stream_": // rsock's Info has no fast/tail split
 		fmt.Fprintf(w, " retransmissions %d, timeouts %d, window %d packets, SRTT %.1f us\n",
 			r.Retransmits, r.Timeouts, r.CWnd, r.SRTT)
-	case r.Provider != "tcp" && r.Test[:7] != "stream_":
+	default:
 		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",
 			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, r.CWnd, r.SRTT)
 		if r.PiggyACKs > 0 {
 			fmt.Fprintf(w, " piggybacked ACKs %d of %d\n", r.PiggyACKs, r.ACKs+r.PiggyACKs)
 		}
 	}
-	if r.DeviceOpenMs > 0 && strings.HasPrefix(r.Provider, "plugin:") {
-		fmt.Fprintf(w, " device opened in %.1f ms (the plugin's launch included)\n", r.DeviceOpenMs)
+	if r.DeviceOpenMs > 0 {
+		fmt.Fprintf(w, " device opened in %.1f ms (for a provider out of process, with its launch)\n", r.DeviceOpenMs)
 	}
 	printRefusals(w, r.Refused)
 }

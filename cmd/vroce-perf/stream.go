@@ -155,7 +155,6 @@ func streamClient(cfg *config, conn net.Conn, provider string) (*result, error) 
 	if c, ok := conn.(interface{ Info() rsock.Info }); ok {
 		in := c.Info()
 		r.Retransmits, r.Timeouts, r.CWnd, r.SRTT = in.Retransmits, in.Timeouts, in.CWnd, float64(in.RTT)/1e3
-		r.streamCounters = true
 	}
 	if cfg.Test == "stream_lat" {
 		r.setLatency(run.Samples, run.Elapsed)
