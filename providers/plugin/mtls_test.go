@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// handshake runs a TLS handshake between a host (client) and a plugin
+// handshakeOver runs a TLS handshake between a host (client) and a plugin
 // (server) config over a pipe and returns each end's error.
 func handshakeOver(host, plugin *tls.Config) (hostErr, pluginErr error) {
 	a, b := net.Pipe()
@@ -40,27 +40,28 @@ func handshakeOver(host, plugin *tls.Config) (hostErr, pluginErr error) {
 	return hostErr, <-done
 }
 
+// launchConfigs is one launch's TLS configs: the host's, and the
+// plugin's as it makes it from the credentials message.
+func launchConfigs(t *testing.T) (host, plugin *tls.Config) {
+	host, msg, err := newCredentials()
+	require.NoError(t, err)
+	creds, err := parseCredentials(msg)
+	require.NoError(t, err)
+	plugin, err = creds.config()
+	require.NoError(t, err)
+	return host, plugin
+}
+
 // The host's config and the plugin's, made from one launch's
 // credentials message, complete a mutual handshake; each refuses the
 // other end of another launch.
 func TestCredentials(t *testing.T) {
-	hostCfg, msg, err := newCredentials()
-	require.NoError(t, err)
-	creds, err := parseCredentials(msg)
-	require.NoError(t, err)
-	pluginCfg, err := creds.config()
-	require.NoError(t, err)
-
+	hostCfg, pluginCfg := launchConfigs(t)
 	hostErr, pluginErr := handshakeOver(hostCfg, pluginCfg)
 	require.NoError(t, hostErr, "the launch's own host")
 	require.NoError(t, pluginErr, "the launch's own plugin")
 
-	otherHost, otherMsg, err := newCredentials()
-	require.NoError(t, err)
-	otherCreds, err := parseCredentials(otherMsg)
-	require.NoError(t, err)
-	otherPlugin, err := otherCreds.config()
-	require.NoError(t, err)
+	otherHost, otherPlugin := launchConfigs(t)
 
 	_, pluginErr = handshakeOver(otherHost, pluginCfg)
 	assert.Error(t, pluginErr, "the plugin accepted another launch's host")
