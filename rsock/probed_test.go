@@ -10,20 +10,35 @@ import (
 	"vroce.dev/vroce/cm"
 )
 
+// When a late client probes the service, if at all.
+type probeTiming int
+
+const (
+	noProbe probeTiming = iota
+	probeFirst
+	// probeAfterConnect: the probe reaches the listener only after it
+	// accepted the connection, as a dialer's probe, sent with its SYN,
+	// can on a loaded machine.
+	probeAfterConnect
+)
+
 // lateExchange connects to l over TCP and starts the SOCKET exchange only
 // after twice the listener's plain detection wait, as a dialer whose
 // probe a swamped listener answered late does; it returns what Accept
 // gives the listener for it.
-func lateExchange(t *testing.T, l net.Listener, probeFirst bool) net.Conn {
+func lateExchange(t *testing.T, l net.Listener, probe probeTiming) net.Conn {
 	t.Helper()
 	raddr := l.Addr().(*net.TCPAddr).AddrPort()
 	raddr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), raddr.Port())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
-	if probeFirst {
+	probeNow := func() {
 		if r, err := cm.Probe(ctx, raddr, 0); err != nil || r != cm.ProbeListening {
-			t.Fatalf("probe: %v %v", r, err)
+			t.Errorf("probe: %v %v", r, err)
 		}
+	}
+	if probe == probeFirst {
+		probeNow()
 	}
 	d := &Dialer{}
 	st, err := d.clientStack(raddr)
@@ -45,6 +60,10 @@ func lateExchange(t *testing.T, l net.Listener, probeFirst bool) net.Conn {
 	go func() {
 		defer close(done)
 		// The lateness is the scenario, not a wait for something.
+		if probe == probeAfterConnect {
+			time.Sleep(detectTimeout / 2)
+			probeNow()
+		}
 		time.Sleep(2 * detectTimeout)
 		if exchange(ctx, tc, tc, s) != nil {
 			s.teardown(false)
@@ -68,10 +87,26 @@ func TestAProberSlowToSendTheExchangeIsStillVRoCE(t *testing.T) {
 	t.Cleanup(func() { settle(t) }) // last: every stack closed
 	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
 	// Control: the same late exchange without a probe is plain TCP.
-	if got := transport(lateExchange(t, l, false)); got != "tcp" {
+	if got := transport(lateExchange(t, l, noProbe)); got != "tcp" {
 		t.Fatalf("a late client that did not probe: served over %s, want tcp (the detection wait)", got)
 	}
-	if got := transport(lateExchange(t, l, true)); got != "vroce" {
+	if got := transport(lateExchange(t, l, probeFirst)); got != "vroce" {
 		t.Fatalf("a late client that probed first: served over %s, want vroce", got)
+	}
+}
+
+// TestAProbeAfterTheConnectionStillCounts: a client whose probe reaches
+// the listener only after its connection was accepted, but within the
+// detection wait, is waited for as a prober is (a loaded CI machine
+// served the first dial of a burst as plain TCP this way).
+func TestAProbeAfterTheConnectionStillCounts(t *testing.T) {
+	t.Cleanup(func() { settle(t) }) // last: every stack closed
+	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
+	// Control: the same late exchange without a probe is plain TCP.
+	if got := transport(lateExchange(t, l, noProbe)); got != "tcp" {
+		t.Fatalf("a late client that did not probe: served over %s, want tcp (the detection wait)", got)
+	}
+	if got := transport(lateExchange(t, l, probeAfterConnect)); got != "vroce" {
+		t.Fatalf("a late client that probed after connecting: served over %s, want vroce", got)
 	}
 }
