@@ -5,7 +5,6 @@ package nonblock
 import (
 	"runtime"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -45,23 +44,22 @@ func Read(fd int, b []byte) (int, error) {
 	return int(n), nil
 }
 
-// Yield is a busy poller's pause between looks, spinning how long it has
-// looked so far. For the first ownTurn only the process's own goroutines
-// run meanwhile: a socket's answer that comes within a few microseconds
-// is caught without a trip through the kernel's scheduler. After that,
-// other processes' threads on this CPU may run too (sched_yield): when
-// the answer needs them (a provider plugin's process, the peer on the
-// same host), a poller that yields only to its goroutines holds the CPU
-// until the kernel preempts it. A ring whose producer is always another
-// process passes 0. (plugin:udp, VROCE_BUSY_POLL=50us, veth MTU 1500:
-// send_lat 80-95 us with Gosched alone, 34 with sched_yield from the
-// start everywhere; but then the in-process udp provider's 6.8 became 22.)
-func Yield(spinning, ownTurn time.Duration) {
-	runtime.Gosched()
-	if spinning >= ownTurn {
-		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+// Yield is a busy poller's pause between looks: other threads on this
+// CPU run meanwhile (sched_yield), the process's own included, and
+// other processes' (a provider plugin's, the peer's on the same host),
+// whose answer the poller may be waiting for. It does not call
+// runtime.Gosched while the process has other Ps: Gosched queues the
+// poller globally and wakes an idle P's thread to run it (wakep), a
+// futex wake per look whose thread then spins for work on the other CPU,
+// against the peer's poller. The process's other goroutines run on those
+// Ps anyway; with one P they could not, so there it does. (Two processes
+// in two namespaces over veth at MTU 1500, VROCE_BUSY_POLL=50us, 64-byte
+// send_lat typical, three interleaved runs each: 34-46 us with Gosched at
+// every look and sched_yield after 10 us of it, 24-25 without Gosched,
+// 16-19 without Gosched and sched_yield from the first look.)
+func Yield() {
+	if runtime.GOMAXPROCS(0) == 1 {
+		runtime.Gosched()
 	}
+	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 }
-
-// SocketTurn is ownTurn for a socket's poller.
-const SocketTurn = 10 * time.Microsecond

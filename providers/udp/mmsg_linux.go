@@ -70,7 +70,7 @@ func (m *mmsgReader) recvmmsg(fd uintptr) bool {
 			m.busySince = time.Time{}
 			return false
 		}
-		nonblock.Yield(now.Sub(m.busySince), nonblock.SocketTurn) // whoever is runnable goes first; then try again
+		nonblock.Yield() // whoever is runnable goes first; then try again
 	}
 }
 

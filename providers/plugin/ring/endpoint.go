@@ -238,7 +238,7 @@ func (c *Consumer) Wait(busy time.Duration) error {
 			if c.q.head.Load() != c.tail || c.closed.Load() {
 				return c.closedErr()
 			}
-			nonblock.Yield(spun, 0) // the producer is another process
+			nonblock.Yield() // the producer is another process
 		}
 	}
 	c.q.consumerSleeps.Store(1)
