@@ -40,23 +40,10 @@ func vethLink(mtu int) (*link, error) {
 }
 
 // setLoss has each namespace drop pct percent of the UDP 4791 datagrams
-// it receives, at random (0: none), with nftables. They are datagrams,
-// not GSO bursts, only while the link carries segments
-// (nspair.Pair.SegmentsOnly).
+// it receives, at random (0: none), with nftables (nspair.Pair.DropUDP).
 func (l *link) setLoss(pct int) error {
-	for _, ns := range []string{l.pair.A, l.pair.B} {
-		_ = nspair.Command(ns, "nft", "delete", "table", "inet", "vroce_loss").Run()
-		if pct == 0 {
-			continue
-		}
-		// One draw per datagram to or from port 4791: two rules, one
-		// per port, would draw twice for a datagram between two 4791s.
-		rules := fmt.Sprintf("table inet vroce_loss {\n chain in {\n  type filter hook input priority 0;\n  meta l4proto != udp accept\n  udp dport != 4791 udp sport != 4791 accept\n  numgen random mod 100 < %d drop\n }\n}\n", pct)
-		cmd := nspair.Command(ns, "nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(rules)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("nft in %s: %v: %s", ns, err, out)
-		}
+	if err := l.pair.DropUDP(4791, pct); err != nil {
+		return err
 	}
 	l.loss = pct
 	return nil

@@ -1,10 +1,18 @@
 package nspair
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // Make joins two fresh namespaces with a veth pair of the MTU asked for,
@@ -45,4 +53,128 @@ func TestMakeAndClose(t *testing.T) {
 	if strings.Contains(string(out), p.A) || strings.Contains(string(out), p.B) {
 		t.Fatalf("after Close the namespaces remain:\n%s", out)
 	}
+}
+
+// DropUDP drops about the share asked of the datagrams to or from its
+// port, one draw each, and none of the others: datagrams from B to A
+// with the port at either end or both are counted as they arrive in A.
+// A ruleset that let every datagram with one end on the port through
+// (nft's merged compare) fails the one-end cases; one that drew twice
+// for a datagram between two such ports fails the both-ends case.
+func TestDropUDPDropsTheShareAskedOnEitherPort(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("nspair: network namespaces need root (CI runs this as root)")
+	}
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("nspair: needs %s (iproute2, nftables)", tool)
+		}
+	}
+	p, err := Make("vroce-nspair-loss", "10.82.0", 1500)
+	require.NoError(t, err)
+	defer p.Close()
+	const port, n = 4791, 400
+	a, err := listenIn(p.A, p.AddrA+":4791")
+	require.NoError(t, err)
+	aOther, err := listenIn(p.A, p.AddrA+":0")
+	require.NoError(t, err)
+	aMarker, err := listenIn(p.A, p.AddrA+":0")
+	require.NoError(t, err)
+	bEphemeral, err := listenIn(p.B, p.AddrB+":0")
+	require.NoError(t, err)
+	bOnPort, err := listenIn(p.B, p.AddrB+":4791")
+	require.NoError(t, err)
+	for _, c := range []*net.UDPConn{a, aOther, aMarker, bEphemeral, bOnPort} {
+		defer c.Close()
+		require.NoError(t, c.SetReadBuffer(4<<20))
+	}
+	// arrived sends n datagrams from `from` to `to`, then a marker on a
+	// path no rule touches, and counts what reached `to` by the marker.
+	arrived := func(from, to *net.UDPConn) int {
+		dst := to.LocalAddr().(*net.UDPAddr)
+		for range n {
+			_, err := from.WriteToUDP([]byte("datagram"), dst)
+			require.NoError(t, err)
+		}
+		_, err := bEphemeral.WriteToUDP([]byte("marker"), aMarker.LocalAddr().(*net.UDPAddr))
+		require.NoError(t, err)
+		buf := make([]byte, 64)
+		require.NoError(t, aMarker.SetReadDeadline(time.Now().Add(5*time.Second)))
+		_, _, err = aMarker.ReadFromUDP(buf)
+		require.NoError(t, err, "the marker, on ports no rule touches, must arrive")
+		got := 0
+		rc, err := to.SyscallConn()
+		require.NoError(t, err)
+		require.NoError(t, rc.Read(func(fd uintptr) bool { // what has arrived, no more
+			for {
+				if _, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT); err != nil {
+					return true
+				}
+				got++
+			}
+		}))
+		return got
+	}
+
+	require.NoError(t, p.DropUDP(port, 0))
+	assert.GreaterOrEqual(t, arrived(bEphemeral, a), n*95/100, "no rules: everything arrives")
+
+	require.NoError(t, p.DropUDP(port, 50))
+	for _, c := range []struct {
+		name     string
+		from, to *net.UDPConn
+	}{
+		{"to the port", bEphemeral, a},
+		{"from the port", bOnPort, aOther},
+		{"between two on the port (one draw)", bOnPort, a},
+	} {
+		got := arrived(c.from, c.to)
+		assert.InDelta(t, n/2, got, n*15/100, "%s: %d of %d arrived, want about half", c.name, got, n)
+	}
+	assert.GreaterOrEqual(t, arrived(bEphemeral, aOther), n*95/100, "neither end on the port: everything arrives")
+
+	require.NoError(t, p.DropUDP(port, 0))
+	assert.GreaterOrEqual(t, arrived(bEphemeral, a), n*95/100, "rules removed: everything arrives")
+}
+
+// listenIn opens a UDP socket on addr inside namespace ns: a socket
+// belongs to the namespace of the thread that made it, so a locked
+// thread enters ns for the call. If the thread cannot return to this
+// process's namespace, it is not unlocked, and exits with the goroutine.
+func listenIn(ns, addr string) (*net.UDPConn, error) {
+	type result struct {
+		c   *net.UDPConn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		here, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer here.Close()
+		there, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer there.Close()
+		if err := unix.Setns(int(there.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- result{err: fmt.Errorf("setns %s: %w", ns, err)}
+			return
+		}
+		udpAddr, err := net.ResolveUDPAddr("udp4", addr)
+		var c *net.UDPConn
+		if err == nil {
+			c, err = net.ListenUDP("udp4", udpAddr)
+		}
+		if unix.Setns(int(here.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		done <- result{c, err}
+	}()
+	r := <-done
+	return r.c, r.err
 }
