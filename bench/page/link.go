@@ -19,7 +19,7 @@ import (
 type link struct {
 	name string       // "loopback", "veth1500", "veth9000"
 	mtu  int          // of the veth; 0 on loopback
-	loss int          // percent of UDP 4791 datagrams each namespace drops on the way in (nftables)
+	loss int          // percent of UDP datagrams each namespace drops on the way in (nftables)
 	port int          // the next control port
 	pair *nspair.Pair // the namespaces: server in A, client in B; nil on loopback
 	// provider, when set, is both ends' --provider (the plugin rows).
@@ -39,10 +39,10 @@ func vethLink(mtu int) (*link, error) {
 	return &link{name: fmt.Sprintf("veth%d", mtu), mtu: mtu, port: 19000, pair: p}, nil
 }
 
-// setLoss has each namespace drop pct percent of the UDP 4791 datagrams
-// it receives, at random (0: none), with nftables (nspair.Pair.DropUDP).
+// setLoss has each namespace drop pct percent of the UDP datagrams it
+// receives, at random (0: none), with nftables (nspair.Pair.DropUDP).
 func (l *link) setLoss(pct int) error {
-	if err := l.pair.DropUDP(4791, pct); err != nil {
+	if err := l.pair.DropUDP(pct); err != nil {
 		return err
 	}
 	l.loss = pct
