@@ -125,6 +125,33 @@ func TestSmallWindowsTolerateMoreDelay(t *testing.T) {
 	}
 }
 
+// Delay alone cuts a window to a burst and no further (the hosts' delay
+// is most of a user-space stack's RTT); a congestive loss, or a timeout,
+// still takes it below.
+func TestDelayAloneCutsNoWindowBelowABurst(t *testing.T) {
+	var c congestion
+	c.init()
+	c.slowStart = false
+	const minRTT, srtt = 50_000, 50_000
+	now := int64(1_000_000)
+	for range 20 { // an RTT far above target, once per RTT
+		c.onAck(1, 100*minRTT, minRTT, srtt, now)
+		now += srtt
+	}
+	assert.Equal(t, float64(delayFloor), c.cwnd, "delay alone stops at a burst")
+
+	c.cwnd = delayFloor - 4 // below the floor already (after a loss): delay leaves it
+	c.onAck(1, 100*minRTT, minRTT, srtt, now)
+	now += srtt
+	assert.Equal(t, float64(delayFloor-4), c.cwnd)
+
+	c.cwnd = delayFloor
+	c.onLoss(1, srtt, now) // the RTT stands above its target: congestive
+	assert.Equal(t, delayFloor*(1-lossDecrease), c.cwnd, "a congestive loss cuts below the floor")
+	c.onTimeout(now + 1)
+	assert.Equal(t, minWindow, c.window(), "a timeout collapses it")
+}
+
 // A loss while the RTT stands above its target is congestion's however
 // few packets were lost: the queue it overflowed had already shown.
 func TestLossWithDelayIsCongestive(t *testing.T) {
