@@ -32,9 +32,10 @@ const (
 // of a window under a burst is paced by a timer and, arriving alone,
 // asks for its own ACK: 32 keep-alive HTTP streams through vroce-run,
 // their hosts' CPUs saturated, sat at windows of 2-6 packets (SRTT 500-700
-// us against a base of 50), their receiver sent an ACK for every two
-// data packets, and served 2,300-3,000 requests/s of a 64 KiB file;
-// with this floor, 3,800-4,300. A congested fabric, with its queue
+// us against a base of 50), and their receiver sent an ACK for every two
+// data packets. With this floor (and responder.ackRequested's one ACK a
+// batch), 2,324-3,163 requests/s of a 64 KiB file against 1,635-2,488
+// (three interleaved runs). A congested fabric, with its queue
 // overflowing, still cuts below it through its losses (congestive: the
 // RTT stands at its target).
 const delayFloor = paceBurst
