@@ -2,7 +2,7 @@
 // block (a non-blocking socket's send and receive, an eventfd's doorbell,
 // an AF_XDP kick, arming a timerfd) without the runtime's system-call
 // entry and exit, and reads and writes a bridge's kernel socket so
-// (Stream). Busy pollers pause between looks with Yield.
+// (Stream). Busy pollers pause between looks with a Spin.
 //
 // Entering a system call wakes the runtime's monitor thread (sysmon)
 // whenever it sleeps, and it sleeps whenever every P has been idle: in a

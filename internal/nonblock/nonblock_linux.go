@@ -44,21 +44,30 @@ func Read(fd int, b []byte) (int, error) {
 	return int(n), nil
 }
 
-// Yield is a busy poller's pause between looks: other threads on this
-// CPU run meanwhile (sched_yield), the process's own included, and
-// other processes' (a provider plugin's, the peer's on the same host),
-// whose answer the poller may be waiting for. It does not call
-// runtime.Gosched while the process has other Ps: Gosched queues the
-// poller globally and wakes an idle P's thread to run it (wakep), a
-// futex wake per look whose thread then spins for work on the other CPU,
-// against the peer's poller. The process's other goroutines run on those
-// Ps anyway; with one P they could not, so there it does. (Two processes
-// in two namespaces over veth at MTU 1500, VROCE_BUSY_POLL=50us, 64-byte
-// send_lat typical, three interleaved runs each: 34-46 us with Gosched at
-// every look and sched_yield after 10 us of it, 24-25 without Gosched,
-// 16-19 without Gosched and sched_yield from the first look.)
-func Yield() {
-	if runtime.GOMAXPROCS(0) == 1 {
+// Spin paces one busy poll: between looks, other threads on this CPU
+// run (sched_yield), the process's own included, and other processes'
+// (a provider plugin's, the peer's on the same host), whose answer the
+// poller may be waiting for. It does not call runtime.Gosched while the
+// process has other Ps: Gosched queues the poller globally and wakes an
+// idle P's thread to run it (wakep), a futex wake per look whose thread
+// then spins for work on the other CPU, against the peer's poller. The
+// process's other goroutines run on those Ps anyway; with one P they
+// could not, so there it does. (Two processes in two namespaces over
+// veth at MTU 1500, VROCE_BUSY_POLL=50us, 64-byte send_lat typical, three
+// interleaved runs each: 34-46 us with Gosched at every look and
+// sched_yield after 10 us of it, 24-25 without Gosched, 16-19 without
+// Gosched and sched_yield from the first look.)
+type Spin struct {
+	oneP bool // the process has one P: others run only if the poller yields its P
+}
+
+// StartSpin begins a busy poll. It reads GOMAXPROCS once, under the
+// scheduler's lock, rather than at every look.
+func StartSpin() Spin { return Spin{oneP: runtime.GOMAXPROCS(0) == 1} }
+
+// Yield is the pause between two looks.
+func (s Spin) Yield() {
+	if s.oneP {
 		runtime.Gosched()
 	}
 	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)

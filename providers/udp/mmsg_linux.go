@@ -36,6 +36,7 @@ type mmsgReader struct {
 	// nothing (for tests).
 	busy       time.Duration
 	busySince  time.Time
+	spin       nonblock.Spin // for the busy poll begun at busySince
 	emptyTries atomic.Int64
 	stopped    atomic.Bool // the provider is closing: each returns
 }
@@ -65,12 +66,12 @@ func (m *mmsgReader) recvmmsg(fd uintptr) bool {
 		m.emptyTries.Add(1)
 		now := time.Now()
 		if m.busySince.IsZero() {
-			m.busySince = now
+			m.busySince, m.spin = now, nonblock.StartSpin()
 		} else if now.Sub(m.busySince) >= m.busy {
 			m.busySince = time.Time{}
 			return false
 		}
-		nonblock.Yield() // whoever is runnable goes first; then try again
+		m.spin.Yield() // whoever is runnable goes first; then try again
 	}
 }
 

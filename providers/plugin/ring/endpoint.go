@@ -233,12 +233,12 @@ func (c *Consumer) Dropped() uint64 { return c.dropped.Load() }
 // looks, before it sleeps.
 func (c *Consumer) Wait(busy time.Duration) error {
 	if busy > 0 {
-		start := time.Now()
+		start, spin := time.Now(), nonblock.StartSpin()
 		for spun := time.Duration(0); spun < busy; spun = time.Since(start) {
 			if c.q.head.Load() != c.tail || c.closed.Load() {
 				return c.closedErr()
 			}
-			nonblock.Yield() // the producer is another process
+			spin.Yield() // the producer is another process
 		}
 	}
 	c.q.consumerSleeps.Store(1)
