@@ -1,7 +1,9 @@
 package main
 
 import (
+	"net"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,4 +54,57 @@ vroce-run: 3 connections over vRoCE (680126 bytes; 0 by RDMA_CM; 0 reset by the 
 func TestMedian(t *testing.T) {
 	assert.Equal(t, 2.0, median([]float64{3, 1, 2}))
 	assert.Equal(t, 2.5, median([]float64{4, 1, 2, 3}))
+}
+
+// echoServer answers each connection's bytes with themselves, after
+// firstDelay on each connection's first read (a chain setting up its far
+// side), and with corrupt answers if corrupt is set.
+func echoServer(t *testing.T, firstDelay time.Duration, corrupt bool) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for first := true; ; first = false {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					if first {
+						time.Sleep(firstDelay)
+					}
+					if corrupt {
+						buf[0]++
+					}
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// The echo load times requests only once every connection has made its
+// first exchange, and reports how long that took beside the rate.
+func TestEchoLoadTimesRequestsAfterEveryConnectionIsUp(t *testing.T) {
+	const slowStart = 300 * time.Millisecond
+	rate, setup, err := echoLoad(echoServer(t, slowStart, false), 8, 200*time.Millisecond)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, setup, slowStart, "the first exchanges' wait is the setup")
+	// Timed from the dials, 200 ms of load behind 300 ms of setup could
+	// not exceed 40% of the timed-after rate; a loopback echo does
+	// thousands of exchanges a second per connection.
+	assert.Greater(t, rate, 1000.0, "exchanges per second after setup")
+
+	_, _, err = echoLoad(echoServer(t, 0, true), 2, 50*time.Millisecond)
+	require.ErrorContains(t, err, "differs")
 }
