@@ -117,10 +117,11 @@ bench-plugin: build
 # proxies over kernel TCP: redis-benchmark SET and GET, iperf3, nginx + wrk
 # at 2, 32 and 200 connections, a 1 KiB echo at 8 to 3,000 connections,
 # each chain data-checked first, RUNS times; then the echo over the vRoCE
-# chain alone at 10,000 streams against 200 (a flat cost per request is
-# 1x). As root the servers and the clients sit in two namespaces over veth
-# (MTU 1500), else on loopback (redis-server redis-tools iperf3
-# nginx-light wrk; about seven minutes at 3).
+# chain alone at 10,000 streams against 200, timed once every stream is
+# up, its setup time beside (a flat cost per request is 1x). As root the
+# servers and the clients sit in two namespaces over veth (MTU 1500), else
+# on loopback (redis-server redis-tools iperf3 nginx-light wrk; about
+# four minutes at 2).
 bench-programs: build
 	$(GO) run ./bench/programs -proxy $(BIN)/rsock-proxy -runs $(RUNS)
 
