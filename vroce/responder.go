@@ -501,7 +501,7 @@ const ackCopiesFrom = 2
 // and 32 QPs' bulk a third of its speed), so the earlier of them told the
 // requester nothing the last did not, and when windows were small (every
 // packet asking) they were one datagram for every two received: 32
-// keep-alive HTTP streams through vroce-run sent 0.4 ACKs a data packet,
+// keep-alive HTTP streams through vroce-run sent 0.4-0.6 ACKs a data packet,
 // and the receiving daemon spent 45% of its CPU sending them.
 func (r *responder) ackRequested(qp *QP, rb *rxBatch) {
 	r.owesAck(qp, rb)

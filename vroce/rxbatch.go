@@ -4,7 +4,8 @@ package vroce
 // their QPs by whoever holds the receive turn (the device's receive
 // goroutine, or a goroutine waiting on a CQ or a Signal; turn.go). It
 // owes, when it ends: the ACKs its requests asked for, coalesced to one
-// per QP for every two requests (responder.ackRequested); the sends those
+// per QP (sent twice when two or more asked: responder.ackRequested); the
+// sends those
 // ACKs clocked out (QP.pumpInto); the completion handlers it made due;
 // and, when it woke a goroutine whose reply could carry an ACK, a yield
 // to that goroutine.
