@@ -5,10 +5,9 @@ package vroce
 // goroutine, or a goroutine waiting on a CQ or a Signal; turn.go). It
 // owes, when it ends: the ACKs its requests asked for, coalesced to one
 // per QP (sent twice when two or more asked: responder.ackRequested); the
-// sends those
-// ACKs clocked out (QP.pumpInto); the completion handlers it made due;
-// and, when it woke a goroutine whose reply could carry an ACK, a yield
-// to that goroutine.
+// sends those ACKs clocked out (QP.pumpInto); the completion handlers it
+// made due; and, when it woke a goroutine whose reply could carry an
+// ACK, a yield to that goroutine.
 // The responses it produced (ACKs, READ responses, NAKs) go out in its
 // send batch, at the latest when it ends.
 
