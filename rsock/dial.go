@@ -270,7 +270,7 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 		return nil, err
 	}
 	defer st.unref(false) // the stream takes its own reference
-	p := d.startProbe(ctx, st, raddr)
+	p := d.startProbe(st, raddr)
 	start := time.Now()
 	nd := net.Dialer{KeepAlive: d.KeepAlive}
 	c, err := nd.DialContext(ctx, network, raddr.String())
@@ -304,34 +304,24 @@ func (d *Dialer) DialOver(ctx context.Context, tc *net.TCPConn) (net.Conn, error
 		return nil, opErr(err)
 	}
 	defer st.unref(false)
-	c, err := d.overTCP(ctx, "tcp", st, d.startProbe(ctx, st, raddr), tc, 0)
+	c, err := d.overTCP(ctx, "tcp", st, d.startProbe(st, raddr), tc, 0)
 	if err != nil {
 		return nil, opErr(err)
 	}
 	return c, nil
 }
 
-// pendingProbe is a service probe running beside a dial.
-type pendingProbe struct {
-	done   chan cm.ProbeResult
-	cancel context.CancelFunc
+// startProbe probes the service at raddr in the background, or joins
+// its probe in flight (probeflight.go).
+func (d *Dialer) startProbe(st *stack, raddr netip.AddrPort) *pendingProbe {
+	provider := vroce.ProviderName(d.Provider)
+	return st.probes.joinProbe(raddr, func(ctx context.Context) cm.ProbeResult { return probe(ctx, st, provider, raddr) })
 }
-
-// startProbe probes the service at raddr in the background.
-func (d *Dialer) startProbe(ctx context.Context, st *stack, raddr netip.AddrPort) pendingProbe {
-	pctx, cancel := context.WithCancel(ctx)
-	p := pendingProbe{done: make(chan cm.ProbeResult, 1), cancel: cancel}
-	go func() { p.done <- probe(pctx, st, vroce.ProviderName(d.Provider), raddr) }()
-	return p
-}
-
-// result ends the probe and returns what it found.
-func (p pendingProbe) result() cm.ProbeResult { p.cancel(); return <-p.done }
 
 // overTCP finishes a SOCKET dial on tc, connected in took: the QP
 // exchange on tc if the probe says a vRoCE service listens, else tc
 // itself (or ErrNotVRoCE without fallback).
-func (d *Dialer) overTCP(ctx context.Context, network string, st *stack, p pendingProbe, tc *net.TCPConn, took time.Duration) (net.Conn, error) {
+func (d *Dialer) overTCP(ctx context.Context, network string, st *stack, p *pendingProbe, tc *net.TCPConn, took time.Duration) (net.Conn, error) {
 	// The probe went out with the SYN; a host with nothing on the UDP
 	// port has answered by now (ICMP), a vRoCE service soon will. Give a
 	// silent one a few more round trips than the connect took, and a busy
@@ -345,15 +335,12 @@ func (d *Dialer) overTCP(ctx context.Context, network string, st *stack, p pendi
 	}
 	wait := time.NewTimer(patience)
 	defer wait.Stop()
-	var r cm.ProbeResult
 	select {
-	case r = <-p.done:
-		p.cancel()
+	case <-p.answered():
 	case <-wait.C:
-		r = p.result()
 	case <-ctx.Done():
-		r = p.result()
 	}
+	r := p.result()
 	if r != cm.ProbeListening {
 		if !d.fallback() {
 			tc.Close()

@@ -22,6 +22,7 @@ type stack struct {
 	srq      *vroce.SRQ
 	cm       *cm.Manager
 	recent   recentServices // CM services reached lately (recent.go)
+	probes   probeFlights   // SOCKET dials' service probes in flight (probeflight.go)
 	onIdle   func()         // called once the last reference is gone
 	cfg      stackConfig    // what opened it
 	released chan struct{}  // closed when the device is
