@@ -40,13 +40,20 @@ func vethLink(mtu int) (*link, error) {
 }
 
 // setLoss has each namespace drop pct percent of the UDP datagrams it
-// receives, at random (0: none), with nftables (nspair.Pair.DropUDP).
+// receives, at random, with nftables (nspair.Pair.DropUDP: at 0 the rule
+// draws and drops none, so that a lossless baseline pays what it costs).
 func (l *link) setLoss(pct int) error {
 	if err := l.pair.DropUDP(pct); err != nil {
 		return err
 	}
 	l.loss = pct
 	return nil
+}
+
+// noLoss removes the loss rules.
+func (l *link) noLoss() error {
+	l.loss = 0
+	return l.pair.NoLoss()
 }
 
 func (l *link) close() {

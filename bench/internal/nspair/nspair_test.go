@@ -57,8 +57,8 @@ func TestMakeAndClose(t *testing.T) {
 
 // DropUDP drops about the share asked of the datagrams a namespace
 // receives, whatever their ports (vRoCE's 4791 or a stream's ephemeral
-// ones), one draw each, and nothing once removed: datagrams from B to A
-// are counted as they arrive in A.
+// ones), one draw each, none at 0%, and nothing once removed: datagrams
+// from B to A are counted as they arrive in A.
 func TestDropUDPDropsTheShareAskedOfEveryDatagram(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("nspair: network namespaces need root (CI runs this as root)")
@@ -118,8 +118,9 @@ func TestDropUDPDropsTheShareAskedOfEveryDatagram(t *testing.T) {
 		return got
 	}
 
-	require.NoError(t, p.DropUDP(0))
 	assert.GreaterOrEqual(t, arrived(bEphemeral, a4791), n*95/100, "no rules: everything arrives")
+	require.NoError(t, p.DropUDP(0))
+	assert.GreaterOrEqual(t, arrived(bEphemeral, a4791), n*95/100, "a rule that draws and drops none")
 
 	require.NoError(t, p.DropUDP(50))
 	for _, c := range []struct {
@@ -135,8 +136,10 @@ func TestDropUDPDropsTheShareAskedOfEveryDatagram(t *testing.T) {
 		assert.InDelta(t, n/2, got, n*15/100, "%s: %d of %d arrived, want about half", c.name, got, n)
 	}
 
-	require.NoError(t, p.DropUDP(0))
+	require.NoError(t, p.NoLoss())
 	assert.GreaterOrEqual(t, arrived(bEphemeral, aEphemeral), n*95/100, "rules removed: everything arrives")
+	require.NoError(t, p.NoLoss(), "removing what is not there is no error")
+	require.Error(t, p.DropUDP(101))
 }
 
 // listenIn opens a UDP socket on addr inside namespace ns: a socket
