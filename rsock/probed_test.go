@@ -81,32 +81,26 @@ func lateExchange(t *testing.T, l net.Listener, probe probeTiming) net.Conn {
 
 // TestAProberSlowToSendTheExchangeIsStillVRoCE: a client whose exchange
 // comes after the listener's 200 ms detection wait is taken for a plain
-// TCP client, unless its host probed the service first, as every vRoCE
-// dialer does: then the listener waits for it and serves it over vRoCE.
+// TCP client (the control), unless its host probed the service, as every
+// vRoCE dialer does: then the listener waits for it and serves it over
+// vRoCE. That holds too when the probe reaches the listener only after
+// it accepted the connection, within the detection wait (a loaded CI
+// machine served the first dial of a burst as plain TCP this way). Each
+// case has a listener of its own: one remembers a host that probed it.
 func TestAProberSlowToSendTheExchangeIsStillVRoCE(t *testing.T) {
 	t.Cleanup(func() { settle(t) }) // last: every stack closed
-	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
-	// Control: the same late exchange without a probe is plain TCP.
-	if got := transport(lateExchange(t, l, noProbe)); got != "tcp" {
-		t.Fatalf("a late client that did not probe: served over %s, want tcp (the detection wait)", got)
-	}
-	if got := transport(lateExchange(t, l, probeFirst)); got != "vroce" {
-		t.Fatalf("a late client that probed first: served over %s, want vroce", got)
-	}
-}
-
-// TestAProbeAfterTheConnectionStillCounts: a client whose probe reaches
-// the listener only after its connection was accepted, but within the
-// detection wait, is waited for as a prober is (a loaded CI machine
-// served the first dial of a burst as plain TCP this way).
-func TestAProbeAfterTheConnectionStillCounts(t *testing.T) {
-	t.Cleanup(func() { settle(t) }) // last: every stack closed
-	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
-	// Control: the same late exchange without a probe is plain TCP.
-	if got := transport(lateExchange(t, l, noProbe)); got != "tcp" {
-		t.Fatalf("a late client that did not probe: served over %s, want tcp (the detection wait)", got)
-	}
-	if got := transport(lateExchange(t, l, probeAfterConnect)); got != "vroce" {
-		t.Fatalf("a late client that probed after connecting: served over %s, want vroce", got)
+	for _, c := range []struct {
+		name  string
+		probe probeTiming
+		want  string
+	}{
+		{"a late client that did not probe (the detection wait)", noProbe, "tcp"},
+		{"a late client that probed first", probeFirst, "vroce"},
+		{"a late client that probed after connecting", probeAfterConnect, "vroce"},
+	} {
+		l := listen(t, &ListenConfig{}, "127.0.0.1:0")
+		if got := transport(lateExchange(t, l, c.probe)); got != c.want {
+			t.Fatalf("%s: served over %s, want %s", c.name, got, c.want)
+		}
 	}
 }
