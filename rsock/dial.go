@@ -315,7 +315,7 @@ func (d *Dialer) DialOver(ctx context.Context, tc *net.TCPConn) (net.Conn, error
 // its probe in flight (probeflight.go).
 func (d *Dialer) startProbe(st *stack, raddr netip.AddrPort) *pendingProbe {
 	provider := vroce.ProviderName(d.Provider)
-	return st.probes.joinProbe(raddr, func(ctx context.Context) cm.ProbeResult { return probe(ctx, st, provider, raddr) })
+	return st.probes.join(raddr, func(ctx context.Context) cm.ProbeResult { return probe(ctx, st, provider, raddr) })
 }
 
 // overTCP finishes a SOCKET dial on tc, connected in took: the QP

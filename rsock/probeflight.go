@@ -31,15 +31,16 @@ type probeFlight struct {
 	cancel  context.CancelFunc
 }
 
-// join returns the probe of service in flight, starting one with probe
-// if there is none; the caller leaves it when it has its answer or gives
-// up. The probe runs until it is answered or every dial has left it.
-func (fs *probeFlights) join(service netip.AddrPort, probe func(context.Context) cm.ProbeResult) *probeFlight {
+// join returns the dial's share of the probe of service in flight,
+// starting one with probe if there is none; the dial leaves it (result)
+// when it has its answer or gives up. The probe runs until it is
+// answered or every dial has left it.
+func (fs *probeFlights) join(service netip.AddrPort, probe func(context.Context) cm.ProbeResult) *pendingProbe {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if f := fs.m[service]; f != nil {
 		f.waiters++
-		return f
+		return &pendingProbe{flights: fs, service: service, f: f}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &probeFlight{done: make(chan struct{}), waiters: 1, cancel: cancel}
@@ -58,7 +59,7 @@ func (fs *probeFlights) join(service netip.AddrPort, probe func(context.Context)
 		close(f.done)
 		cancel()
 	}()
-	return f
+	return &pendingProbe{flights: fs, service: service, f: f}
 }
 
 // leave says a dial waits for f no more; the last to leave ends it.
@@ -80,11 +81,6 @@ type pendingProbe struct {
 	service netip.AddrPort
 	f       *probeFlight
 	left    bool
-}
-
-// joinProbe starts or joins the probe of service in flight.
-func (fs *probeFlights) joinProbe(service netip.AddrPort, probe func(context.Context) cm.ProbeResult) *pendingProbe {
-	return &pendingProbe{flights: fs, service: service, f: fs.join(service, probe)}
 }
 
 // answered is closed once the probe has its answer.

@@ -42,9 +42,9 @@ var testService = netip.MustParseAddrPort("10.0.0.1:4791")
 func TestDialsAtOnceShareOneProbe(t *testing.T) {
 	var fs probeFlights
 	fp := newFakeProbe()
-	a := fs.joinProbe(testService, fp.run)
-	b := fs.joinProbe(testService, fp.run)
-	other := fs.joinProbe(netip.MustParseAddrPort("10.0.0.2:4791"), fp.run)
+	a := fs.join(testService, fp.run)
+	b := fs.join(testService, fp.run)
+	other := fs.join(netip.MustParseAddrPort("10.0.0.2:4791"), fp.run)
 
 	fp.answer <- cm.ProbeListening // one of the two probes started
 	fp.answer <- cm.ProbeNotListening
@@ -55,7 +55,7 @@ func TestDialsAtOnceShareOneProbe(t *testing.T) {
 	assert.Equal(t, map[cm.ProbeResult]bool{cm.ProbeListening: true, cm.ProbeNotListening: true},
 		map[cm.ProbeResult]bool{a.result(): true, other.result(): true})
 
-	c := fs.joinProbe(testService, fp.run)
+	c := fs.join(testService, fp.run)
 	fp.answer <- cm.ProbeNoDevice
 	<-c.answered()
 	assert.Equal(t, cm.ProbeNoDevice, c.result(), "an ended probe vouches for nothing: the next dial probes")
@@ -68,8 +68,8 @@ func TestDialsAtOnceShareOneProbe(t *testing.T) {
 func TestTheLastDialToLeaveEndsTheProbe(t *testing.T) {
 	var fs probeFlights
 	fp := newFakeProbe()
-	a := fs.joinProbe(testService, fp.run)
-	b := fs.joinProbe(testService, fp.run)
+	a := fs.join(testService, fp.run)
+	b := fs.join(testService, fp.run)
 
 	assert.Equal(t, cm.ProbeSilent, a.result(), "left before any answer")
 	assert.Equal(t, cm.ProbeSilent, a.result(), "leaving twice counts once")
@@ -82,7 +82,7 @@ func TestTheLastDialToLeaveEndsTheProbe(t *testing.T) {
 	<-fp.canceled // the last dial left: the probe ends
 	<-a.answered()
 
-	c := fs.joinProbe(testService, func(context.Context) cm.ProbeResult { return cm.ProbeListening })
+	c := fs.join(testService, func(context.Context) cm.ProbeResult { return cm.ProbeListening })
 	<-c.answered()
 	require.Equal(t, cm.ProbeListening, c.result(), "a new dial does not join the ended probe")
 }
