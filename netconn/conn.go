@@ -37,6 +37,12 @@ type ReadInterrupter interface {
 	InterruptRead()
 }
 
+// WriteInterrupter is ReadInterrupter's counterpart for Write: the Conn
+// calls InterruptWrite when the write deadline passes.
+type WriteInterrupter interface {
+	InterruptWrite()
+}
+
 // StreamReaderFrom is a Stream that can send what a reader yields without
 // a buffer of the caller's in between: Conn.ReadFrom uses it.
 type StreamReaderFrom interface {
@@ -73,6 +79,9 @@ func New(s Stream, network string, local, remote net.Addr, transport string) *Co
 	c := &Conn{s: s, net: network, local: local, remote: remote, transport: transport}
 	if ri, ok := s.(ReadInterrupter); ok {
 		c.rd.onExpire = ri.InterruptRead
+	}
+	if wi, ok := s.(WriteInterrupter); ok {
+		c.wd.onExpire = wi.InterruptWrite
 	}
 	return c
 }

@@ -212,6 +212,44 @@ func TestDeadlineInterruptsRead(t *testing.T) {
 	}
 }
 
+// muteStream's Write, like deafStream's Read, ends only when
+// InterruptWrite is called: a writer receiving for its device while it
+// waits for credits.
+type muteStream struct {
+	memStream
+	interrupt chan struct{}
+}
+
+func (s *muteStream) Write(p []byte, cancel <-chan struct{}) (int, error) {
+	select {
+	case <-s.interrupt:
+	case <-time.After(10 * time.Second):
+		return 0, errors.New("the deadline passed without interrupting the write")
+	}
+	select {
+	case <-cancel:
+		return 0, ErrCanceled
+	default:
+		return 0, errors.New("interrupted before the deadline passed")
+	}
+}
+
+func (s *muteStream) InterruptWrite() { kick(s.interrupt) }
+
+// A write deadline passing interrupts a Stream that is a
+// WriteInterrupter.
+func TestDeadlineInterruptsWrite(t *testing.T) {
+	a, _ := memPair(16)
+	s := &muteStream{memStream: *a, interrupt: make(chan struct{}, 1)}
+	c := New(s, "tcp", addrA, addrB, "mem")
+	defer c.Close()
+	c.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err := c.Write(make([]byte, 1))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write past its deadline: %v", err)
+	}
+}
+
 // A Conn over a Stream without CopyFrom and CopyTo still is an
 // io.ReaderFrom and io.WriterTo, through a buffer.
 func TestCopyWithoutStreamSupport(t *testing.T) {

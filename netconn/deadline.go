@@ -14,7 +14,7 @@ type Deadline struct {
 	ch    chan struct{} // closed while expired; nil until first needed
 	gen   uint64        // counts Sets, so a stale timer cannot expire a newer deadline
 	// onExpire, set before first use, runs as the deadline passes (a
-	// ReadInterrupter's InterruptRead).
+	// ReadInterrupter's InterruptRead, a WriteInterrupter's InterruptWrite).
 	onExpire func()
 }
 

@@ -170,6 +170,45 @@ func TestSlowReaderDoesNotHoldUpOthers(t *testing.T) {
 	settle(t)
 }
 
+// TestWriteDeadlineEndsAWriterWaitingForCredits: a writer whose peer
+// stops reading waits for credits receiving for the device (the credit
+// that last woke it hands it the receive turn), where no packet comes to
+// wake it; its deadline passing ends the write, with what the credits
+// let through taken and delivered.
+func TestWriteDeadlineEndsAWriterWaitingForCredits(t *testing.T) {
+	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
+	c, srv := pair(t, l, &Dialer{})
+	type outcome struct {
+		n   int
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		c.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := c.Write(make([]byte, 64<<20))
+		done <- outcome{n, err}
+	}()
+	// Read half a window, so that a credit wakes the writer, then stop.
+	read := window / 2 * bufSize
+	_, err := io.ReadFull(srv, make([]byte, read))
+	require.NoError(t, err)
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write deadline passed and the writer waiting for credits did not return")
+	}
+	require.ErrorIs(t, o.err, os.ErrDeadlineExceeded)
+	require.Greater(t, o.n, read)
+	require.LessOrEqual(t, o.n, read+(window+1)*bufSize)
+	_, err = io.ReadFull(srv, make([]byte, o.n-read))
+	require.NoError(t, err)
+	c.Close()
+	srv.Close()
+	l.Close()
+	settle(t)
+}
+
 // TestCloseInEveryOrder: half-closes and closes from each side, in each
 // order; the data written before always arrives, then EOF.
 func TestCloseInEveryOrder(t *testing.T) {

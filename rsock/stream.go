@@ -111,15 +111,15 @@ type stream struct {
 	closed bool  // the application closed the stream
 	linger int   // -1: orderly close; 0: reset on close
 	timer  *time.Timer
-	// rwake wakes readers; one waiting may receive for the device
-	// meanwhile, so that the data it waits for wakes it directly.
-	rwake *vroce.Signal
-	wwake chan struct{}
+	// rwake wakes readers and wwake writers; one waiting on either may
+	// receive for the device meanwhile, so that the packet it waits for
+	// (data; a credit) wakes it directly.
+	rwake, wwake *vroce.Signal
 }
 
 func newStream(st *stack, qp *vroce.QP, keepAlive time.Duration) *stream {
 	return &stream{st: st, qp: qp, keepAlive: keepAlive, linger: -1, allowed: window,
-		rwake: st.dev.NewSignal(), wwake: make(chan struct{}, 1), seen: activity{rxAt: time.Now()}}
+		rwake: st.dev.NewSignal(), wwake: st.dev.NewSignal(), seen: activity{rxAt: time.Now()}}
 }
 
 // start sets what the peer said at connection time. Credits add up: a
@@ -131,14 +131,6 @@ func (s *stream) start(peer streamHello) {
 	now := time.Now()
 	s.seen = activity{rx: s.rxCount, tx: s.txCount, rxAt: now, txAt: now}
 	s.mu.Unlock()
-}
-
-// wakeOne wakes the goroutine waiting on c, or the next to wait.
-func wakeOne(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
 }
 
 // Read implements netconn.Stream.
@@ -189,6 +181,12 @@ var _ netconn.ReadInterrupter = (*stream)(nil)
 // InterruptRead implements netconn.ReadInterrupter: a reader receiving
 // for the device sees its deadline pass at once.
 func (s *stream) InterruptRead() { s.rwake.Notify() }
+
+var _ netconn.WriteInterrupter = (*stream)(nil)
+
+// InterruptWrite implements netconn.WriteInterrupter, as InterruptRead
+// does for a writer waiting for credits.
+func (s *stream) InterruptWrite() { s.wwake.Notify() }
 
 // readLocked copies queued data into p, releasing what is consumed and
 // granting its credits back.
@@ -310,15 +308,21 @@ func (s *stream) writeLocked(p []byte, cancel <-chan struct{}) (int, error) {
 func (s *stream) pendingLimit() int { return min(s.peerBuf, len(s.pending.data)) }
 
 // awaitCreditLocked waits, unlocked, for the stream's sending side to
-// change (a credit, a failure); false if cancel closed first.
+// change (a credit, a failure); false if cancel closed first. Meanwhile
+// the writer may receive for the device, as a reader does: a stream's
+// sender is woken by the credit that frees it, not by the device's
+// receive goroutine on another thread (between two processes over veth,
+// that hand-off and the thread hopping it causes cost a 64 KiB stream
+// a third of its goodput; see the README's performance notes).
 func (s *stream) awaitCreditLocked(cancel <-chan struct{}) bool {
 	s.mu.Unlock()
-	defer s.mu.Lock()
+	s.wwake.Wait(cancel)
+	s.mu.Lock()
 	select {
-	case <-s.wwake:
-		return true
 	case <-cancel:
 		return false
+	default:
+		return true
 	}
 }
 
@@ -367,7 +371,7 @@ func (s *stream) advanceLocked() bool {
 	if !s.state.hasFailed() {
 		s.sendPendingLocked()
 		if s.credits > 0 && (s.pending == nil || s.pending.n < s.pendingLimit()) {
-			wakeOne(s.wwake)
+			s.wwake.Notify()
 		}
 		if s.state.owesFIN() && !s.finPosted && (s.pending == nil || s.pending.n == 0) && s.controlLocked(kindFIN) {
 			s.finPosted = true
@@ -429,7 +433,7 @@ func (s *stream) Close() error {
 	}
 	s.rq.Reset()
 	s.rwake.Notify()
-	wakeOne(s.wwake)
+	s.wwake.Notify()
 	wait := lingerTimeout
 	switch {
 	case s.state.hasFailed():
@@ -466,7 +470,7 @@ func (s *stream) resetLocked() {
 		s.on(evRstPosted)
 	}
 	s.rwake.Notify()
-	wakeOne(s.wwake)
+	s.wwake.Notify()
 }
 
 // expire ends a close that took too long.
@@ -500,7 +504,7 @@ func (s *stream) failLocked(err error) {
 		s.on(evFailure)
 	}
 	s.rwake.Notify()
-	wakeOne(s.wwake)
+	s.wwake.Notify()
 }
 
 // onRecv takes a received message (the poller's goroutine).
