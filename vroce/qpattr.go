@@ -226,7 +226,7 @@ func (qp *QP) checkAttr(a *QPAttr, mask QPAttrMask) error {
 	case mask&QPAttrPort != 0 && a.Port != 1:
 		return invalidf("%s: port %d (the device has port 1)", op, a.Port)
 	case mask&QPAttrPathMTU != 0 && !a.PathMTU.Valid():
-		return invalidf("%s: path MTU %d is not one of 256, 512, 1024, 2048, 4096", op, a.PathMTU)
+		return invalidf("%s: path MTU %d is not one of 256, 512, 1024, 2048, 4096 (or the extensions 1344, 8192, 16384, 32768)", op, a.PathMTU)
 	case mask&QPAttrPathMTU != 0 && a.PathMTU > d.attr.ActiveMTU:
 		return checkLimit(op, "active_mtu", int(a.PathMTU), int(d.attr.ActiveMTU))
 	case mask&QPAttrTimeout != 0 && a.Timeout > 31:
@@ -280,7 +280,7 @@ func (qp *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 	set(QPAttrStrictSourcePort, func() { q.StrictSourcePort = a.StrictSourcePort })
 	// UD (and RC until its path MTU is set) keeps to an IB MTU, which
 	// every peer takes: a UD peer negotiates nothing.
-	qp.mtu = int(min(qp.dev.attr.ActiveMTU, MTU4096))
+	qp.mtu = int(qp.dev.attr.ActiveMTU.IB())
 	if qp.typ == RC && q.PathMTU != 0 {
 		qp.mtu = int(q.PathMTU)
 	}

@@ -46,7 +46,7 @@ func TestEveryPathMTUSegmentsAndReassembles(t *testing.T) {
 // and payloads both lent straight from registered memory and, from a
 // page's start, copied behind their headers when alone (joinLone).
 func TestExtensionMTUsSegmentAndReassemble(t *testing.T) {
-	for _, mtu := range []vroce.MTU{vroce.MTU8192, vroce.MTU16384, vroce.MTU32768} {
+	for _, mtu := range []vroce.MTU{vroce.MTU1344, vroce.MTU8192, vroce.MTU16384, vroce.MTU32768} {
 		t.Run(mtu.String(), func(t *testing.T) {
 			o := defaultOpts()
 			o.MTU = mtu

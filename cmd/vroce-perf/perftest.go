@@ -229,7 +229,7 @@ func (p *pfConn) preamble(mtu vroce.MTU) (vroce.MTU, error) {
 // ibMTUEnum is enum ibv_mtu: 1 for 256 up to 5 for 4096.
 func ibMTUEnum(m vroce.MTU) int {
 	c := 1
-	for v := vroce.MTU256; v < min(m, vroce.MTU4096); v *= 2 {
+	for v := vroce.MTU256; v < m.IB(); v *= 2 {
 		c++
 	}
 	return c
@@ -283,7 +283,7 @@ func runPerftest(cfg *config) error {
 	}
 	mtu := vroce.MTU(cfg.MTU)
 	if mtu == 0 {
-		mtu = min(dev.Attr().ActiveMTU, vroce.MTU4096)
+		mtu = dev.Attr().ActiveMTU.IB()
 	}
 	if mtu, err = p.preamble(mtu); err != nil {
 		return err

@@ -34,8 +34,8 @@ func TestTransferAcrossLossyVethBetweenNamespaces(t *testing.T) {
 	var da, db *vroce.Device
 	netnstest.In(t, ha.NS, func() { da = verbstest.OpenDevice(t, vroce.Config{Provider: "udp", Addr: ha.IP + ":4791"}) })
 	netnstest.In(t, hb.NS, func() { db = verbstest.OpenDevice(t, vroce.Config{Provider: "udp", Addr: hb.IP + ":4791"}) })
-	if da.Attr().ActiveMTU != vroce.MTU1024 {
-		t.Fatalf("active MTU %d on a 1500-byte veth, want 1024", da.Attr().ActiveMTU)
+	if da.Attr().ActiveMTU != vroce.MTU1344 {
+		t.Fatalf("active MTU %d on a 1500-byte veth, want 1344", da.Attr().ActiveMTU)
 	}
 	o := verbstest.DefaultOpts()
 	o.BufSize = 8 << 20

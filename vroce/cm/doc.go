@@ -31,7 +31,8 @@
 //
 // Both modes negotiate the path MTU (the smaller) and the vRoCE
 // extensions, each when both ends speak it: selective repeat, ACKs that
-// ride on requests, and path MTUs beyond 4096 (a REQ shows 4096 to any
+// ride on requests, and the extension path MTUs, 1344 for 1500-byte
+// links and 8192 to 32768 (a REQ shows the largest IB MTU below to any
 // other CM and offers more where only vRoCE looks). A refused connection is a *RejectError, which
 // is also syscall.ECONNREFUSED. Every connection made by a Manager ends
 // with Disconnect, the peer's, or Manager.Close; its QP is the caller's to

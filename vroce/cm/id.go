@@ -58,6 +58,18 @@ type peerInfo struct {
 	vflags    uint8
 }
 
+// agreedMTU is the path MTU for a connection whose own end offers
+// ours: the smaller of the two, and an IB MTU unless the peer speaks
+// vRoCE (an rxe peer read only the REQ's IB field, and its REP says no
+// MTU at all).
+func (p peerInfo) agreedMTU(ours vroce.MTU) vroce.MTU {
+	mtu := min(ours, p.mtu)
+	if p.vflags&vFlagPresent == 0 {
+		mtu = mtu.IB()
+	}
+	return mtu
+}
+
 // QP is the queue pair the connection joins.
 func (id *ID) QP() *vroce.QP { return id.qp }
 
@@ -233,7 +245,7 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 	m.mu.Unlock()
 
 	both := req.vflags & info.vflags
-	peer := Peer{QPN: info.qpn, PSN: rqPSN, Addr: to, MTU: min(req.mtu, info.mtu),
+	peer := Peer{QPN: info.qpn, PSN: rqPSN, Addr: to, MTU: info.agreedMTU(req.mtu),
 		SelectiveRepeat: both&vFlagSACK != 0, PiggybackACK: both&vFlagPiggyACK != 0,
 		StrictSourcePort: both&vFlagDevicePort != 0, MaxRdAtomic: max(int(info.respRes), 1), PrivateData: id.priv}
 	err := Connect(qp, info.psn, peer, p)
@@ -410,7 +422,7 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 	info := id.peerInfo
 	m.mu.Unlock()
 
-	mtu := min(p.mtu(m.dev), info.mtu)
+	mtu := info.agreedMTU(p.mtu(m.dev))
 	vflags := info.vflags & vFlagDevicePort // what both ends speak
 	if !p.GoBackN {
 		vflags |= info.vflags & vFlagsOffered
@@ -507,7 +519,7 @@ func (p *Params) mtu(dev *vroce.Device) vroce.MTU {
 		mtu = min(mtu, p.MTU)
 	}
 	if p.GoBackN { // as rxe: no extension MTU either
-		mtu = min(mtu, vroce.MTU4096)
+		mtu = mtu.IB()
 	}
 	return mtu
 }

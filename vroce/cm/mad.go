@@ -21,7 +21,7 @@ import (
 //   - a REQ's and a vRoCE REP's MAD header attribute modifier (zero in
 //     every CM message Linux sends) carries "vR", the version and path
 //     MTU code, and capability flags: the REQ what the active end offers,
-//     the REP what both ends speak. The MTU code goes on past 4096 to the
+//     the REP what both ends speak. The MTU code goes on past 4096's to the
 //     extension MTUs, which the IB field cannot say. (The reserved words
 //     of the REQ and REP are not free: Linux reads them as the ECE vendor
 //     ID, echoes a REQ's and rejects a REP whose it does not know.)
@@ -217,29 +217,29 @@ func privArea(a attrID) (off, n int) {
 	return 0, 0
 }
 
-// mtuCode is the IBA encoding of a path MTU, 1 for 256 up to 5 for
-// 4096, carried on to the extension MTUs: 6 for 8192 up to 8 for 32768.
-// Only vRoCE fields carry codes above 5.
+// mtuCodes are the encodings of path MTUs: the IBA's, 1 for 256 up to 5
+// for 4096, carried on to the extension MTUs: 6 for 8192 up to 8 for
+// 32768, and 9 for 1344. Only vRoCE fields carry codes above 5.
+var mtuCodes = [...]vroce.MTU{1: vroce.MTU256, vroce.MTU512, vroce.MTU1024, vroce.MTU2048, vroce.MTU4096,
+	vroce.MTU8192, vroce.MTU16384, vroce.MTU32768, vroce.MTU1344}
+
 func mtuCode(m vroce.MTU) uint8 {
-	for c, v := uint8(1), vroce.MTU(256); v <= vroce.MTU32768; c, v = c+1, v*2 {
-		if v == m {
-			return c
+	for c, v := range mtuCodes {
+		if c > 0 && v == m {
+			return uint8(c)
 		}
 	}
 	return 0
 }
 
 func mtuFromCode(c uint8) vroce.MTU {
-	if c < 1 || c > ibMTUCodes+extMTUCodes {
+	if int(c) >= len(mtuCodes) {
 		return 0
 	}
-	return vroce.MTU(128) << c
+	return mtuCodes[c]
 }
 
-const (
-	ibMTUCodes  = 5 // 256 to 4096, what a REQ's MTU field may say
-	extMTUCodes = 3 // 8192 to 32768, vRoCE's extension MTUs
-)
+const ibMTUCodes = 5 // 256 to 4096, what a REQ's MTU field may say
 
 // RoCEv2's UDP port: where Linux's QP1 listens, whatever port it sends
 // from.
@@ -280,7 +280,7 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 		// Local CM response timeout 20, retry count.
 		be.PutUint32(d[44:], m.psn<<8|20<<3|uint32(m.retryCnt&7))
 		be.PutUint16(d[48:], 0xffff)
-		d[50] = mtuCode(min(m.mtu, vroce.MTU4096))<<4 | m.rnrRetry&7
+		d[50] = mtuCode(m.mtu.IB())<<4 | m.rnrRetry&7
 		d[51] = 15 << 4 // max CM retries
 		if m.srq {
 			d[51] |= 1 << 3
@@ -394,7 +394,7 @@ func parseMAD(b []byte, m *mad) error {
 		}
 		if vflags, vmtu := parseMarker(b); vflags != 0 {
 			m.vflags = vflags
-			if vmtu > vroce.MTU4096 && m.mtu == vroce.MTU4096 {
+			if vmtu != vmtu.IB() && vmtu.IB() == m.mtu { // an extension MTU
 				m.mtu = vmtu
 			}
 		}

@@ -502,6 +502,8 @@ func TestParseMADRoundTrip(t *testing.T) {
 		{attr: attrREQ, localID: 3, qpn: 6, mtu: vroce.MTU32768, vflags: vFlagSACK | vFlagPiggyACK | vFlagPresent, srcIP: netip.MustParseAddr("127.0.0.1"), dstIP: netip.MustParseAddr("127.0.0.1")},
 		{attr: attrREQ, localID: 3, qpn: 6, mtu: vroce.MTU8192, vflags: vFlagPresent, srcIP: netip.MustParseAddr("127.0.0.1"), dstIP: netip.MustParseAddr("127.0.0.1")},
 		{attr: attrREP, localID: 4, remoteID: 3, qpn: 0x11, psn: 1, mtu: vroce.MTU16384, vflags: vFlagPiggyACK | vFlagPresent},
+		{attr: attrREQ, localID: 3, qpn: 6, mtu: vroce.MTU1344, vflags: vFlagPresent, srcIP: netip.MustParseAddr("10.0.0.1"), dstIP: netip.MustParseAddr("10.0.0.2")},
+		{attr: attrREP, localID: 4, remoteID: 3, qpn: 0x11, psn: 1, mtu: vroce.MTU1344, vflags: vFlagPresent},
 		{attr: attrREJ, localID: 4, remoteID: 2, which: msgREP, reason: RejectConsumer, priv: []byte("no")},
 		{attr: attrMRA, localID: 4, remoteID: 2, which: msgREQ, timeout: 18},
 		{attr: attrRTU, localID: 2, remoteID: 4},
@@ -541,6 +543,49 @@ func TestExtensionMTUHidesFromOtherCMs(t *testing.T) {
 	d[50] = 8<<4 | d[50]&0xf // an extension code in the IB field
 	if err := parseMAD(b[:], &m); err != nil || m.mtu != 0 {
 		t.Fatalf("extension code in the IB field: MTU %v, %v; want none", m.mtu, err)
+	}
+}
+
+// A REQ offering 1344 (a 1500-byte link) shows 1024 to another CM, and
+// the offer to a vRoCE one.
+func TestMTU1344ShowsAnotherCM1024(t *testing.T) {
+	var b [vroce.MADSize]byte
+	(&mad{attr: attrREQ, localID: 1, qpn: 2, mtu: vroce.MTU1344, vflags: vFlagsOffered, srcIP: netip.MustParseAddr("10.0.0.1"), dstIP: netip.MustParseAddr("10.0.0.2")}).marshal(&b)
+	if code := b[madHeaderLen+50] >> 4; code != 3 {
+		t.Fatalf("IB MTU field %d, want 3 (1024)", code)
+	}
+	var m mad
+	if err := parseMAD(b[:], &m); err != nil || m.mtu != vroce.MTU1344 {
+		t.Fatalf("as a vRoCE REQ: MTU %v, %v; want 1344", m.mtu, err)
+	}
+	b[markerOff] = 0
+	if err := parseMAD(b[:], &m); err != nil || m.mtu != vroce.MTU1024 {
+		t.Fatalf("as another CM's REQ: MTU %v, %v; want 1024", m.mtu, err)
+	}
+}
+
+// The path MTU a connection takes: the smaller offer, and an IB MTU when
+// the peer is not vRoCE (it reads the REQ's IB field alone).
+func TestAgreedMTU(t *testing.T) {
+	for _, tc := range []struct {
+		ours, theirs vroce.MTU
+		vroce        bool
+		want         vroce.MTU
+	}{
+		{vroce.MTU1344, vroce.MTU1344, true, vroce.MTU1344},
+		{vroce.MTU1344, vroce.MTU8192, true, vroce.MTU1344},
+		{vroce.MTU1344, vroce.MTU1024, true, vroce.MTU1024},
+		{vroce.MTU1344, vroce.MTU4096, false, vroce.MTU1024},
+		{vroce.MTU8192, vroce.MTU4096, false, vroce.MTU4096},
+		{vroce.MTU2048, vroce.MTU1024, false, vroce.MTU1024},
+	} {
+		p := peerInfo{mtu: tc.theirs}
+		if tc.vroce {
+			p.vflags = vFlagPresent
+		}
+		if got := p.agreedMTU(tc.ours); got != tc.want {
+			t.Errorf("ours %v, theirs %v (vRoCE %v): %v, want %v", tc.ours, tc.theirs, tc.vroce, got, tc.want)
+		}
 	}
 }
 
@@ -971,6 +1016,7 @@ func TestRDMACMNegotiatesExtensionMTU(t *testing.T) {
 	}{
 		{"both offer the largest", Params{}, vroce.MTU32768},
 		{"the acceptor stops at 8192", Params{MTU: vroce.MTU8192}, vroce.MTU8192},
+		{"the acceptor stops at 1344", Params{MTU: vroce.MTU1344}, vroce.MTU1344},
 		{"the acceptor behaves as rxe", Params{GoBackN: true}, vroce.MTU4096},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
