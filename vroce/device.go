@@ -30,7 +30,8 @@ type Config struct {
 	ProviderOptions any
 	// MaxQP is max_qp_num, from the instance size; 0 means 262,144.
 	MaxQP int
-	// MTU caps the active path MTU (256-4096); 0 derives it from the link.
+	// MTU caps the active path MTU (an IB MTU, or an extension MTU:
+	// MTU1344, MTU8192-MTU32768); 0 derives it from the link.
 	MTU MTU
 	// PcapPath records every frame sent and received to a pcap file;
 	// empty means $VROCE_PCAP (unset: no capture).
