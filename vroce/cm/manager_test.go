@@ -621,6 +621,11 @@ func FuzzParseMAD(f *testing.F) {
 		(&mad{attr: a, localID: 1, remoteID: 2, qpn: 3, mtu: vroce.MTU1024, vflags: vFlagPresent, priv: []byte("pd")}).marshal(&b)
 		f.Add(b[:])
 	}
+	for _, a := range []attrID{attrREQ, attrREP} { // an extension MTU's code in the marker
+		var b [vroce.MADSize]byte
+		(&mad{attr: a, localID: 1, remoteID: 2, qpn: 3, mtu: vroce.MTU1344, vflags: vFlagPresent}).marshal(&b)
+		f.Add(b[:])
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m mad
 		if parseMAD(b, &m) != nil {

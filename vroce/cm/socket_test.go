@@ -213,6 +213,8 @@ func TestCancelledContextInterruptsASilentPeer(t *testing.T) {
 func FuzzReadHello(f *testing.F) {
 	h := hello{flags: flagSACK, qpn: 0x123, psn: 0x456, mtu: 4096, addr: netip.MustParseAddrPort("[fd00::1]:4791"), privateData: []byte("pd")}
 	f.Add(h.marshal())
+	h.mtu = 1344
+	f.Add(h.marshal())
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := readHello(bytes.NewReader(b))
