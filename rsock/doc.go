@@ -40,9 +40,10 @@
 // program about to exit. Keepalive (Dialer.KeepAlive, 15 s by default)
 // finds a dead peer. A stream grants its peer 16 messages of up to 64 KiB.
 //
-// A reader waiting for data receives for the device meanwhile
-// (vroce.Signal), so the packet that brings its data wakes it directly,
-// and netconn's read deadline interrupts that receive. A Conn is an
+// A reader waiting for data, and a writer waiting for credits, receives
+// for the device meanwhile (vroce.Signal), so the packet that brings its
+// data or credit wakes it directly, and netconn's deadlines interrupt
+// that receive. A Conn is an
 // io.ReaderFrom and io.WriterTo: io.Copy reads straight into registered
 // send buffers and writes straight from the receive buffers (copy.go).
 //
