@@ -467,11 +467,37 @@ func (e *eventQueue) push(ev AsyncEvent) {
 		e.dropped.Add(1)
 		return
 	}
+	if ev.QP != nil {
+		ev.QP.queuedEvents++
+	}
 	e.q = append(e.q, ev)
 	select {
 	case e.ready <- struct{}{}:
 	default:
 	}
+}
+
+// dropQP removes the events of qp, being destroyed, that nobody took: its
+// owner no longer looks for them, and each kept the QP's memory. rsock
+// reads no events, and every stream's QP on its SRQ queued
+// EventQPLastWQEReached as it went to ERR, so a daemon serving
+// `Connection: close` load grew by 2-3 KB a connection, up to the queue's
+// 65,536 entries (a client could grow a server by connecting).
+func (e *eventQueue) dropQP(qp *QP) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if qp.queuedEvents == 0 {
+		return
+	}
+	kept := e.q[:0]
+	for _, ev := range e.q {
+		if ev.QP != qp {
+			kept = append(kept, ev)
+		}
+	}
+	clear(e.q[len(kept):])
+	e.q = kept
+	qp.queuedEvents = 0
 }
 
 func (e *eventQueue) close() {
@@ -491,7 +517,11 @@ func (d *Device) AsyncEvent(ctx context.Context) (AsyncEvent, error) {
 		e.mu.Lock()
 		if len(e.q) > 0 {
 			ev := e.q[0]
+			e.q[0] = AsyncEvent{} // the array would keep its QP alive
 			e.q = e.q[1:]
+			if ev.QP != nil {
+				ev.QP.queuedEvents--
+			}
 			if len(e.q) > 0 {
 				select {
 				case e.ready <- struct{}{}:

@@ -102,6 +102,9 @@ type QP struct {
 	udPSN          uint32    // UD: the PSN of the next datagram
 	resp           responder
 	stats          QPStats
+	// queuedEvents counts the device's undelivered async events about
+	// this QP (guarded by the device's events.mu, not mu).
+	queuedEvents int
 
 	// Sends that the ACKs of a receive batch clock out join the batch's
 	// own (its ACKs, other QPs' sends), leaving in one provider call when
@@ -292,7 +295,8 @@ func (qp *QP) fail(ev EventType) {
 func (qp *QP) complete(cq *CQ, wc *WorkCompletion) { cq.push(wc) }
 
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work is discarded
-// without completions.
+// without completions, and so are the QP's async events not yet taken
+// (AsyncEvent).
 func (qp *QP) Destroy() error {
 	d := qp.dev
 	if !d.qpTable.delete(qp) {
@@ -309,6 +313,7 @@ func (qp *QP) Destroy() error {
 		qp.srq.users--
 		qp.srq.mu.Unlock()
 	}
+	d.events.dropQP(qp)
 	d.release(&d.count.qp)
 	qp.pd.refs.Add(-1)
 	return nil
