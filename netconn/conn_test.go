@@ -176,77 +176,64 @@ func TestErrorsAreNetErrors(t *testing.T) {
 	}
 }
 
-// deafStream's Read never looks at its cancel channel: only
-// InterruptRead ends it, as a reader receiving for its device.
+// deafStream's Read and Write never look at their cancel channel: only
+// InterruptRead and InterruptWrite end them, as a reader waiting for
+// data and a writer waiting for credits end when they receive for their
+// device.
 type deafStream struct {
 	memStream
-	interrupt chan struct{}
+	readInterrupt, writeInterrupt chan struct{}
+}
+
+// waitInterrupt returns once interrupt is kicked, with ErrCanceled if
+// cancel had closed by then, as the deadline's expiry does before it
+// interrupts.
+func waitInterrupt(interrupt chan struct{}, cancel <-chan struct{}) (int, error) {
+	select {
+	case <-interrupt:
+	case <-time.After(10 * time.Second):
+		return 0, errors.New("the deadline passed without an interrupt")
+	}
+	select {
+	case <-cancel:
+		return 0, ErrCanceled
+	default:
+		return 0, errors.New("interrupted before the deadline passed")
+	}
 }
 
 func (s *deafStream) Read(p []byte, cancel <-chan struct{}) (int, error) {
-	select {
-	case <-s.interrupt:
-	case <-time.After(10 * time.Second):
-		return 0, errors.New("the deadline passed without interrupting the read")
-	}
-	select {
-	case <-cancel:
-		return 0, ErrCanceled
-	default:
-		return 0, errors.New("interrupted before the deadline passed")
-	}
+	return waitInterrupt(s.readInterrupt, cancel)
 }
 
-func (s *deafStream) InterruptRead() { kick(s.interrupt) }
-
-// A read deadline passing interrupts a Stream that is a ReadInterrupter.
-func TestDeadlineInterruptsRead(t *testing.T) {
-	a, _ := memPair(16)
-	s := &deafStream{memStream: *a, interrupt: make(chan struct{}, 1)}
-	c := New(s, "tcp", addrA, addrB, "mem")
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-	_, err := c.Read(make([]byte, 1))
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("read past its deadline: %v", err)
-	}
+func (s *deafStream) Write(p []byte, cancel <-chan struct{}) (int, error) {
+	return waitInterrupt(s.writeInterrupt, cancel)
 }
 
-// muteStream's Write, like deafStream's Read, ends only when
-// InterruptWrite is called: a writer receiving for its device while it
-// waits for credits.
-type muteStream struct {
-	memStream
-	interrupt chan struct{}
-}
+func (s *deafStream) InterruptRead()  { kick(s.readInterrupt) }
+func (s *deafStream) InterruptWrite() { kick(s.writeInterrupt) }
 
-func (s *muteStream) Write(p []byte, cancel <-chan struct{}) (int, error) {
-	select {
-	case <-s.interrupt:
-	case <-time.After(10 * time.Second):
-		return 0, errors.New("the deadline passed without interrupting the write")
-	}
-	select {
-	case <-cancel:
-		return 0, ErrCanceled
-	default:
-		return 0, errors.New("interrupted before the deadline passed")
-	}
-}
-
-func (s *muteStream) InterruptWrite() { kick(s.interrupt) }
-
-// A write deadline passing interrupts a Stream that is a
-// WriteInterrupter.
-func TestDeadlineInterruptsWrite(t *testing.T) {
-	a, _ := memPair(16)
-	s := &muteStream{memStream: *a, interrupt: make(chan struct{}, 1)}
-	c := New(s, "tcp", addrA, addrB, "mem")
-	defer c.Close()
-	c.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
-	_, err := c.Write(make([]byte, 1))
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("write past its deadline: %v", err)
+// A deadline passing interrupts a Stream that is a ReadInterrupter or a
+// WriteInterrupter, each on its own side.
+func TestDeadlineInterrupts(t *testing.T) {
+	for _, side := range []struct {
+		name string
+		set  func(*Conn, time.Time) error
+		call func(*Conn) (int, error)
+	}{
+		{"read", (*Conn).SetReadDeadline, func(c *Conn) (int, error) { return c.Read(make([]byte, 1)) }},
+		{"write", (*Conn).SetWriteDeadline, func(c *Conn) (int, error) { return c.Write(make([]byte, 1)) }},
+	} {
+		t.Run(side.name, func(t *testing.T) {
+			a, _ := memPair(16)
+			s := &deafStream{memStream: *a, readInterrupt: make(chan struct{}, 1), writeInterrupt: make(chan struct{}, 1)}
+			c := New(s, "tcp", addrA, addrB, "mem")
+			defer c.Close()
+			side.set(c, time.Now().Add(20*time.Millisecond))
+			if _, err := side.call(c); !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("%s past its deadline: %v", side.name, err)
+			}
+		})
 	}
 }
 
