@@ -104,7 +104,7 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 	mtu := mtuForLink(p.MTU())
 	if cfg.MTU != 0 {
 		if !cfg.MTU.Valid() {
-			return nil, invalidf("open: MTU %d is not one of 256, 512, 1024, 2048, 4096, 1344, 8192, 16384, 32768", cfg.MTU)
+			return nil, notValidf("open", cfg.MTU)
 		}
 		mtu = min(mtu, cfg.MTU)
 	}

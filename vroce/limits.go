@@ -1,6 +1,9 @@
 package vroce
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // DeviceAttr holds a device's limits: the published vRoCE specification
 // (../shared/SPEC.md) with max_qp from the instance size.
@@ -90,13 +93,16 @@ const (
 
 func (m MTU) String() string { return fmt.Sprintf("MTU%d", int(m)) }
 
+// pathMTUs are the path MTUs vRoCE takes, the IB MTUs and the extension
+// MTUs, smallest first.
+var pathMTUs = [...]MTU{MTU256, MTU512, MTU1024, MTU1344, MTU2048, MTU4096, MTU8192, MTU16384, MTU32768}
+
 // Valid reports whether m is one of the five IB MTUs or an extension MTU.
-func (m MTU) Valid() bool {
-	switch m {
-	case MTU256, MTU512, MTU1024, MTU2048, MTU4096, MTU1344, MTU8192, MTU16384, MTU32768:
-		return true
-	}
-	return false
+func (m MTU) Valid() bool { return slices.Contains(pathMTUs[:], m) }
+
+// notValidf is the error for a path MTU that is not Valid.
+func notValidf(op string, m MTU) error {
+	return invalidf("%s: path MTU %d is not one of %v (the IB MTUs and vRoCE's extensions)", op, int(m), pathMTUs)
 }
 
 // IB is the largest of the five IB MTUs not above m: what a peer that
@@ -113,7 +119,7 @@ func (m MTU) IB() MTU {
 // bytes of UDP payload (room for the largest header set and ICRC).
 func mtuForLink(linkMTU int) MTU {
 	const overhead = 64 + 4
-	for _, m := range []MTU{MTU32768, MTU16384, MTU8192, MTU4096, MTU2048, MTU1344, MTU1024, MTU512} {
+	for _, m := range slices.Backward(pathMTUs[:]) {
 		if int(m)+overhead <= linkMTU {
 			return m
 		}

@@ -202,3 +202,26 @@ func TestBadArgumentsAreTypedErrors(t *testing.T) {
 		t.Errorf("destroy of a CQ in use: %v, want ErrBusy", err)
 	}
 }
+
+// A path MTU vRoCE does not take is refused, typed, where a device opens
+// and where a QP's path MTU is set, and the error names what it takes.
+func TestAnInvalidPathMTUIsRefused(t *testing.T) {
+	_, err := vroce.Open(vroce.Config{Provider: "sim", MTU: 1400})
+	if !errors.Is(err, vroce.ErrInvalid) || !strings.Contains(err.Error(), "MTU1344") {
+		t.Fatalf("open with MTU 1400: %v, want ErrInvalid naming MTU1344", err)
+	}
+	_, _, _, qp := newQP(t, vroce.RC)
+	a := rcAttr(vroce.QPSInit)
+	if err := qp.Modify(a, rcInit); err != nil {
+		t.Fatal(err)
+	}
+	a = rcAttr(vroce.QPSRTR)
+	a.PathMTU = 1400
+	if err := qp.Modify(a, rcRTR); !errors.Is(err, vroce.ErrInvalid) || !strings.Contains(err.Error(), "MTU1344") {
+		t.Fatalf("path MTU 1400: %v, want ErrInvalid naming MTU1344", err)
+	}
+	a.PathMTU = vroce.MTU1024 // the control: the same transition with an MTU it takes
+	if err := qp.Modify(a, rcRTR); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -226,7 +226,7 @@ func (qp *QP) checkAttr(a *QPAttr, mask QPAttrMask) error {
 	case mask&QPAttrPort != 0 && a.Port != 1:
 		return invalidf("%s: port %d (the device has port 1)", op, a.Port)
 	case mask&QPAttrPathMTU != 0 && !a.PathMTU.Valid():
-		return invalidf("%s: path MTU %d is not one of 256, 512, 1024, 2048, 4096 (or the extensions 1344, 8192, 16384, 32768)", op, a.PathMTU)
+		return notValidf(op, a.PathMTU)
 	case mask&QPAttrPathMTU != 0 && a.PathMTU > d.attr.ActiveMTU:
 		return checkLimit(op, "active_mtu", int(a.PathMTU), int(d.attr.ActiveMTU))
 	case mask&QPAttrTimeout != 0 && a.Timeout > 31:

@@ -266,7 +266,7 @@ func (c *config) finish() error {
 	case c.TxDepth < 1 || c.TxDepth > vroce.SpecMaxQPWR-8:
 		return fmt.Errorf("tx-depth %d out of range 1-%d", c.TxDepth, vroce.SpecMaxQPWR-8)
 	case c.MTU != 0 && !vroce.MTU(c.MTU).Valid():
-		return fmt.Errorf("mtu %d is not 256, 512, 1024, 2048, 4096, 1344, 8192, 16384 or 32768", c.MTU)
+		return fmt.Errorf("mtu %d is not 256, 512, 1024, 2048 or 4096, nor between vRoCE peers 1344, 8192, 16384 or 32768", c.MTU)
 	case c.Compare != "" && c.Compare != "tcp":
 		return fmt.Errorf("--compare %q: only tcp", c.Compare)
 	case c.Loopback && c.Server != "":
