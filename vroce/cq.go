@@ -80,6 +80,7 @@ func (cq *CQ) Destroy() error {
 		cq.turnStop()
 		cq.turnCtx, cq.turnStop = nil, nil
 	}
+	cq.dev.events.drop(nil, func(ev AsyncEvent) bool { return ev.CQ == cq })
 	cq.dev.release(&cq.dev.count.cq)
 	return nil
 }

@@ -477,27 +477,31 @@ func (e *eventQueue) push(ev AsyncEvent) {
 	}
 }
 
-// dropQP removes the events of qp, being destroyed, that nobody took: its
-// owner no longer looks for them, and each kept the QP's memory. rsock
-// reads no events, and every stream's QP on its SRQ queued
-// EventQPLastWQEReached as it went to ERR, so a daemon serving
-// `Connection: close` load grew by 2-3 KB a connection, up to the queue's
-// 65,536 entries (a client could grow a server by connecting).
-func (e *eventQueue) dropQP(qp *QP) {
+// drop removes the untaken events about an object being destroyed (a
+// QP, CQ or SRQ; about says which events are): its owner no longer looks
+// for them, and each kept the object's memory. rsock reads no events, and
+// every stream's QP on its SRQ queued EventQPLastWQEReached as it went to
+// ERR, so a daemon serving `Connection: close` load grew by 2-3 KB a
+// connection, up to the queue's 65,536 entries (a client could grow a
+// server by connecting). A QP, destroyed by the thousand, counts its
+// events, and one without any costs no scan.
+func (e *eventQueue) drop(qp *QP, about func(AsyncEvent) bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if qp.queuedEvents == 0 {
+	if qp != nil && qp.queuedEvents == 0 || len(e.q) == 0 {
 		return
 	}
 	kept := e.q[:0]
 	for _, ev := range e.q {
-		if ev.QP != qp {
+		switch {
+		case !about(ev):
 			kept = append(kept, ev)
+		case ev.QP != nil:
+			ev.QP.queuedEvents--
 		}
 	}
 	clear(e.q[len(kept):])
 	e.q = kept
-	qp.queuedEvents = 0
 }
 
 func (e *eventQueue) close() {

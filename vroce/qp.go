@@ -296,7 +296,7 @@ func (qp *QP) complete(cq *CQ, wc *WorkCompletion) { cq.push(wc) }
 
 // Destroy destroys the QP (ibv_destroy_qp). Outstanding work is discarded
 // without completions, and so are the QP's async events not yet taken
-// (AsyncEvent).
+// (AsyncEvent), as a CQ's and an SRQ's are when they are destroyed.
 func (qp *QP) Destroy() error {
 	d := qp.dev
 	if !d.qpTable.delete(qp) {
@@ -313,7 +313,7 @@ func (qp *QP) Destroy() error {
 		qp.srq.users--
 		qp.srq.mu.Unlock()
 	}
-	d.events.dropQP(qp)
+	d.events.drop(qp, func(ev AsyncEvent) bool { return ev.QP == qp })
 	d.release(&d.count.qp)
 	qp.pd.refs.Add(-1)
 	return nil

@@ -182,6 +182,7 @@ func (s *SRQ) Destroy() error {
 	}
 	s.gone = true
 	s.ring = recvRing{}
+	s.pd.dev.events.drop(nil, func(ev AsyncEvent) bool { return ev.SRQ == s })
 	s.pd.dev.release(&s.pd.dev.count.srq)
 	s.pd.refs.Add(-1)
 	return nil
