@@ -142,12 +142,19 @@ bench-scale: build
 bench-afxdp: build
 	scripts/afxdp-bench.sh $(BIN)/vroce-perf
 
-# Run every fuzz target for FUZZTIME each.
+# Run every fuzz target for FUZZTIME each, and keep what it found: the
+# inputs that widened coverage go from Go's cache into the package's
+# testdata/fuzz, where every `go test` runs them again (commit them).
 fuzz:
-	@for pkg in $$($(GO) list ./...); do \
+	@cache=$$($(GO) env GOCACHE)/fuzz; \
+	for pkg in $$($(GO) list ./...); do \
+	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$t"; \
 	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    if [ -d "$$cache/$$pkg/$$t" ]; then \
+	      mkdir -p "$$dir/testdata/fuzz/$$t" && cp -n "$$cache/$$pkg/$$t"/* "$$dir/testdata/fuzz/$$t/"; \
+	    fi; \
 	  done; \
 	done
 
