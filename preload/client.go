@@ -29,10 +29,16 @@ func (c *Client) Stats() (Stats, error) {
 	if err != nil {
 		return Stats{}, err
 	}
-	if n != messageSize+statsSize || binary.LittleEndian.Uint32(b) != magic {
-		return Stats{}, fmt.Errorf("%w: a stats reply of %d bytes", errBadMessage, n)
+	return decodeStatsReply(b[:n])
+}
+
+// decodeStatsReply reads the daemon's answer to opStats: a message
+// header, then the counters.
+func decodeStatsReply(b []byte) (Stats, error) {
+	if len(b) != messageSize+statsSize || binary.LittleEndian.Uint32(b) != magic {
+		return Stats{}, fmt.Errorf("%w: a stats reply of %d bytes", errBadMessage, len(b))
 	}
-	return decodeStats(b[messageSize:n])
+	return decodeStats(b[messageSize:])
 }
 
 // Close lets the daemon go once nobody else uses it.

@@ -51,3 +51,38 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 	})
 }
+
+// The daemon's counters reach vroce-run whole; a reply of another size
+// or without the header's magic is refused with errBadMessage.
+func TestStatsReply(t *testing.T) {
+	want := Stats{Processes: 2, VRoCEConns: 3, VRoCEBytes: 1 << 40, TCPConns: 5, TCPBytes: 6, VRoCECM: 7, Resets: 8}
+	reply := append(message{op: opStats}.encode(), want.encode()...)
+	got, err := decodeStatsReply(reply)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+
+	_, err = decodeStatsReply(reply[:len(reply)-1])
+	assert.ErrorIs(t, err, errBadMessage, "a short reply")
+	bad := append([]byte(nil), reply...)
+	bad[0] ^= 1
+	_, err = decodeStatsReply(bad)
+	assert.ErrorIs(t, err, errBadMessage, "another magic")
+}
+
+func FuzzDecodeStatsReply(f *testing.F) {
+	f.Add(append(message{op: opStats}.encode(), Stats{Processes: 1, VRoCEBytes: 4096}.encode()...))
+	f.Add(message{op: opStats}.encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := decodeStatsReply(b)
+		if err != nil {
+			if !errors.Is(err, errBadMessage) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		again, err := decodeStatsReply(append(b[:messageSize:messageSize], s.encode()...))
+		if err != nil || again != s {
+			t.Fatalf("%+v does not survive a round trip: %+v, %v", s, again, err)
+		}
+	})
+}
