@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
 
 	"vroce.dev/internal/workload"
@@ -62,6 +64,25 @@ func TestJSONHasTheDocumentedFields(t *testing.T) {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON lacks %q: %s", k, out.String())
 		}
+	}
+}
+
+// The device's open time says the plugin's launch is in it only when a
+// plugin was launched.
+func TestDeviceOpenLineNamesTheLaunchOnlyForAPlugin(t *testing.T) {
+	for _, c := range []struct {
+		provider string
+		ms       float64
+		want     string
+	}{
+		{"udp", 0.5, " device opened in 0.5 ms\n"},
+		{"plugin:udp", 14.8, " device opened in 14.8 ms, the plugin's launch included\n"},
+	} {
+		var out bytes.Buffer
+		r := &result{Test: "send_lat", Provider: c.provider, Bytes: 64, Iterations: 10, DeviceOpenMs: c.ms}
+		r.print(&out, false)
+		assert.Contains(t, out.String(), c.want, c.provider)
+		assert.Equal(t, 1, strings.Count(out.String(), "device opened"), c.provider)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"vroce.dev/internal/workload"
@@ -129,8 +130,11 @@ func (r *result) print(w io.Writer, asJSON bool) {
 			fmt.Fprintf(w, " piggybacked ACKs %d of %d\n", r.PiggyACKs, r.ACKs+r.PiggyACKs)
 		}
 	}
-	if r.DeviceOpenMs > 0 {
-		fmt.Fprintf(w, " device opened in %.1f ms (for a provider out of process, with its launch)\n", r.DeviceOpenMs)
+	switch {
+	case r.DeviceOpenMs > 0 && strings.HasPrefix(r.Provider, "plugin:"):
+		fmt.Fprintf(w, " device opened in %.1f ms, the plugin's launch included\n", r.DeviceOpenMs)
+	case r.DeviceOpenMs > 0:
+		fmt.Fprintf(w, " device opened in %.1f ms\n", r.DeviceOpenMs)
 	}
 	printRefusals(w, r.Refused)
 }
