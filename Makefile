@@ -144,7 +144,8 @@ bench-afxdp: build
 
 # Run every fuzz target for FUZZTIME each, and keep what it found: the
 # inputs that widened coverage go from Go's cache into the package's
-# testdata/fuzz, where every `go test` runs them again (commit them).
+# testdata/fuzz, where every `go test` runs them again (commit them; a
+# file is named for its content, so copying one twice changes nothing).
 fuzz:
 	@cache=$$($(GO) env GOCACHE)/fuzz; \
 	for pkg in $$($(GO) list ./...); do \
@@ -153,7 +154,7 @@ fuzz:
 	    echo "== $$pkg $$t"; \
 	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	    if [ -d "$$cache/$$pkg/$$t" ]; then \
-	      mkdir -p "$$dir/testdata/fuzz/$$t" && cp -n "$$cache/$$pkg/$$t"/* "$$dir/testdata/fuzz/$$t/"; \
+	      mkdir -p "$$dir/testdata/fuzz/$$t" && cp "$$cache/$$pkg/$$t"/* "$$dir/testdata/fuzz/$$t/"; \
 	    fi; \
 	  done; \
 	done
