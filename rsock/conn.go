@@ -131,6 +131,12 @@ type Info struct {
 	RxPackets   uint64
 	BytesIn     uint64 // what the application has read
 	BytesOut    uint64 // what it has written
+	// How the retransmissions came about: loss episodes found from
+	// SACKs, tail-loss probes, and timeouts undone because the original
+	// packets had arrived after all.
+	FastRetransmits  uint64
+	TailProbes       uint64
+	SpuriousTimeouts uint64
 }
 
 // Info returns the stream's transport state now.
@@ -139,6 +145,7 @@ func (c *Conn) Info() Info {
 	c.s.mu.Lock()
 	in, out := c.s.bytesIn, c.s.bytesOut
 	c.s.mu.Unlock()
-	return Info{RTT: q.SRTT, MinRTT: q.MinRTT, Retransmits: q.Retransmits, Timeouts: q.Timeouts, CWnd: q.CWnd,
-		MTU: int(c.s.qp.Attr().PathMTU), TxPackets: q.TxPackets, RxPackets: q.RxPackets, BytesIn: in, BytesOut: out}
+	return Info{RTT: q.SRTT, MinRTT: q.MinRTT, Retransmits: q.Retransmits, Timeouts: q.Timeouts,
+		FastRetransmits: q.FastRetransmits, TailProbes: q.TailProbes, SpuriousTimeouts: q.SpuriousTimeouts,
+		CWnd: q.CWnd, MTU: int(c.s.qp.Attr().PathMTU), TxPackets: q.TxPackets, RxPackets: q.RxPackets, BytesIn: in, BytesOut: out}
 }

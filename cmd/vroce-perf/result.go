@@ -118,12 +118,7 @@ func (r *result) print(w io.Writer, asJSON bool) {
 			fmt.Fprintf(w, " CPU %.2f s per GiB (user + system, this process)\n", r.CPUPerGiB)
 		}
 	}
-	switch {
-	case r.Provider == "tcp":
-	case r.Test[:7] == "stream_": // rsock's Info has no fast/tail split
-		fmt.Fprintf(w, " retransmissions %d, timeouts %d, window %d packets, SRTT %.1f us\n",
-			r.Retransmits, r.Timeouts, r.CWnd, r.SRTT)
-	default:
+	if r.Provider != "tcp" {
 		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",
 			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, r.CWnd, r.SRTT)
 		if r.PiggyACKs > 0 {
