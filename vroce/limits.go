@@ -106,10 +106,11 @@ func notValidf(op string, m MTU) error {
 }
 
 // IB is the largest of the five IB MTUs not above m: what a peer that
-// knows no extension (rdma_rxe, a NIC, a UD peer) is told and sent.
+// knows no extension (rdma_rxe, a NIC, a UD peer) is told and sent. It
+// is 0 for m below 256, which no path MTU is.
 func (m MTU) IB() MTU {
-	ib := MTU256
-	for v := MTU512; v <= MTU4096 && v <= m; v *= 2 {
+	var ib MTU
+	for v := MTU256; v <= MTU4096 && v <= m; v *= 2 {
 		ib = v
 	}
 	return ib

@@ -34,6 +34,9 @@ func TestIBMTU(t *testing.T) {
 			t.Errorf("%v not valid", m)
 		}
 	}
+	if got := MTU(0).IB(); got != 0 {
+		t.Errorf("MTU(0).IB() = %v, want 0: no IB MTU is below 256", got)
+	}
 	if MTU(1400).Valid() {
 		t.Error("1400 taken for a path MTU")
 	}

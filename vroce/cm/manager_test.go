@@ -564,6 +564,20 @@ func TestMTU1344ShowsAnotherCM1024(t *testing.T) {
 	}
 }
 
+// A vRoCE marker whose MTU code means nothing leaves the REQ's IB MTU
+// as it is, the smallest (256) too: it is no extension MTU.
+func TestAMarkerWithoutAnMTULeavesTheIBField(t *testing.T) {
+	for _, code := range []uint8{0, 10, 15} {
+		var b [vroce.MADSize]byte
+		(&mad{attr: attrREQ, localID: 1, qpn: 2, mtu: vroce.MTU256, vflags: vFlagsOffered, srcIP: netip.MustParseAddr("10.0.0.1"), dstIP: netip.MustParseAddr("10.0.0.2")}).marshal(&b)
+		b[markerOff+2] = b[markerOff+2]&0xf0 | code
+		var m mad
+		if err := parseMAD(b[:], &m); err != nil || m.mtu != vroce.MTU256 || m.vflags == 0 {
+			t.Errorf("marker MTU code %d: MTU %v, flags %#x, %v; want 256 from the IB field", code, m.mtu, m.vflags, err)
+		}
+	}
+}
+
 // The path MTU a connection takes: the smaller offer, and an IB MTU when
 // the peer is not vRoCE (it reads the REQ's IB field alone).
 func TestAgreedMTU(t *testing.T) {
