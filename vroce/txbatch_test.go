@@ -33,7 +33,7 @@ func TestAliased4K(t *testing.T) {
 // The packet buffers a copied payload goes to start on 64 bytes, so that
 // the kernel's copy of the whole packet never aliases itself either.
 func TestPacketBuffersStartOn64Bytes(t *testing.T) {
-	for _, mtu := range []MTU{MTU256, MTU512, MTU1024, MTU1344, MTU2048, MTU4096, MTU8192, MTU16384, MTU32768} {
+	for _, mtu := range pathMTUs {
 		b := newTxBatch(4, packetSize(mtu))
 		for range 4 {
 			buf := b.buf()

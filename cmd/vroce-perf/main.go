@@ -161,6 +161,10 @@ func main() {
 	}
 }
 
+// mtuChoices are the path MTUs -mtu takes (vroce.MTU.Valid), for the
+// flag's help and its refusal.
+const mtuChoices = "256, 512, 1024, 2048 or 4096, or between vRoCE peers 1344, 8192, 16384 or 32768"
+
 func defineFlags(c *config) {
 	flag.CommandLine = flag.NewFlagSet("vroce-perf", flag.ContinueOnError)
 	fs := flag.CommandLine
@@ -171,7 +175,7 @@ func defineFlags(c *config) {
 	fs.IntVar(&c.Size, "size", 0, "same as -s")
 	fs.IntVar(&c.Iters, "n", 0, "iterations (default 5000 for _bw, 1000 for _lat)")
 	fs.IntVar(&c.Iters, "iters", 0, "same as -n")
-	fs.IntVar(&c.MTU, "mtu", 0, "path MTU: 256, 512, 1024, 2048 or 4096, or between vRoCE peers 1344, 8192, 16384 or 32768 (default: the largest the link carries)")
+	fs.IntVar(&c.MTU, "mtu", 0, "path MTU: "+mtuChoices+" (default: the largest the link carries)")
 	fs.IntVar(&c.QPs, "qps", 1, "queue pairs (bandwidth tests spread iterations across them; conn_rate connects this many)")
 	fs.StringVar(&c.Mode, "mode", "", "conn_rate and stream tests: how QPs connect: cm (RDMA_CM) or socket (a TCP exchange each); default cm for conn_rate, $RSOCK_MODE then socket for streams")
 	fs.IntVar(&c.Backlog, "backlog", 0, "conn_rate --mode cm: the server's listen backlog and max_backlog (default 1024)")
@@ -266,7 +270,7 @@ func (c *config) finish() error {
 	case c.TxDepth < 1 || c.TxDepth > vroce.SpecMaxQPWR-8:
 		return fmt.Errorf("tx-depth %d out of range 1-%d", c.TxDepth, vroce.SpecMaxQPWR-8)
 	case c.MTU != 0 && !vroce.MTU(c.MTU).Valid():
-		return fmt.Errorf("mtu %d is not 256, 512, 1024, 2048 or 4096, nor between vRoCE peers 1344, 8192, 16384 or 32768", c.MTU)
+		return fmt.Errorf("mtu %d: the path MTU is one of %s", c.MTU, mtuChoices)
 	case c.Compare != "" && c.Compare != "tcp":
 		return fmt.Errorf("--compare %q: only tcp", c.Compare)
 	case c.Loopback && c.Server != "":

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"vroce.dev/internal/workload"
+	"vroce.dev/vroce"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -83,6 +86,18 @@ func TestDeviceOpenLineNamesTheLaunchOnlyForAPlugin(t *testing.T) {
 		r.print(&out, false)
 		assert.Contains(t, out.String(), c.want, c.provider)
 		assert.Equal(t, 1, strings.Count(out.String(), "device opened"), c.provider)
+	}
+}
+
+// -mtu's help names exactly the path MTUs vroce takes.
+func TestMTUChoicesAreTheValidMTUs(t *testing.T) {
+	named := map[int]bool{}
+	for _, f := range regexp.MustCompile(`[0-9]+`).FindAllString(mtuChoices, -1) {
+		n, _ := strconv.Atoi(f)
+		named[n] = true
+	}
+	for n := 1; n <= 1<<16; n++ {
+		assert.Equal(t, vroce.MTU(n).Valid(), named[n], "MTU %d", n)
 	}
 }
 
