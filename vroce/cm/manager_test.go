@@ -525,42 +525,42 @@ func TestParseMADRoundTrip(t *testing.T) {
 	}
 }
 
-// A REQ offering an extension MTU says 4096 in the IB field, which is
-// all another CM (rdma_rxe's) reads; without the vRoCE marker the offer
-// is not seen, and a code beyond 4096 in the IB field is not believed.
-func TestExtensionMTUHidesFromOtherCMs(t *testing.T) {
-	var b [vroce.MADSize]byte
-	(&mad{attr: attrREQ, localID: 1, qpn: 2, mtu: vroce.MTU32768, vflags: vFlagsOffered, srcIP: netip.MustParseAddr("10.0.0.1"), dstIP: netip.MustParseAddr("10.0.0.2")}).marshal(&b)
-	d := b[madHeaderLen:]
-	if code := d[50] >> 4; code != 5 {
-		t.Fatalf("IB MTU field %d, want 5 (4096)", code)
-	}
-	b[markerOff] = 0 // no vRoCE marker: another CM's REQ
-	var m mad
-	if err := parseMAD(b[:], &m); err != nil || m.mtu != vroce.MTU4096 {
-		t.Fatalf("as another CM's REQ: MTU %v, %v; want 4096", m.mtu, err)
-	}
-	d[50] = 8<<4 | d[50]&0xf // an extension code in the IB field
-	if err := parseMAD(b[:], &m); err != nil || m.mtu != 0 {
-		t.Fatalf("extension code in the IB field: MTU %v, %v; want none", m.mtu, err)
-	}
+// offerREQ is a vRoCE REQ offering mtu.
+func offerREQ(mtu vroce.MTU) (b [vroce.MADSize]byte) {
+	(&mad{attr: attrREQ, localID: 1, qpn: 2, mtu: mtu, vflags: vFlagsOffered, srcIP: netip.MustParseAddr("10.0.0.1"), dstIP: netip.MustParseAddr("10.0.0.2")}).marshal(&b)
+	return b
 }
 
-// A REQ offering 1344 (a 1500-byte link) shows 1024 to another CM, and
-// the offer to a vRoCE one.
-func TestMTU1344ShowsAnotherCM1024(t *testing.T) {
-	var b [vroce.MADSize]byte
-	(&mad{attr: attrREQ, localID: 1, qpn: 2, mtu: vroce.MTU1344, vflags: vFlagsOffered, srcIP: netip.MustParseAddr("10.0.0.1"), dstIP: netip.MustParseAddr("10.0.0.2")}).marshal(&b)
-	if code := b[madHeaderLen+50] >> 4; code != 3 {
-		t.Fatalf("IB MTU field %d, want 3 (1024)", code)
-	}
-	var m mad
-	if err := parseMAD(b[:], &m); err != nil || m.mtu != vroce.MTU1344 {
-		t.Fatalf("as a vRoCE REQ: MTU %v, %v; want 1344", m.mtu, err)
-	}
-	b[markerOff] = 0
-	if err := parseMAD(b[:], &m); err != nil || m.mtu != vroce.MTU1024 {
-		t.Fatalf("as another CM's REQ: MTU %v, %v; want 1024", m.mtu, err)
+// A REQ offering an extension MTU says the largest IB MTU below it in
+// the IB field (4096 for 8192 and up, 1024 for 1344), which is all
+// another CM (rdma_rxe's) reads; a vRoCE CM reads the offer from the
+// marker. Without the marker the offer is not seen, and a code beyond
+// 4096 in the IB field is not believed.
+func TestExtensionMTUHidesFromOtherCMs(t *testing.T) {
+	for _, tc := range []struct {
+		offer, shown vroce.MTU
+		code         uint8 // the IB field's
+	}{
+		{vroce.MTU32768, vroce.MTU4096, 5},
+		{vroce.MTU1344, vroce.MTU1024, 3},
+	} {
+		b := offerREQ(tc.offer)
+		d := b[madHeaderLen:]
+		if code := d[50] >> 4; code != tc.code {
+			t.Fatalf("offering %v: IB MTU field %d, want %d (%v)", tc.offer, code, tc.code, tc.shown)
+		}
+		var m mad
+		if err := parseMAD(b[:], &m); err != nil || m.mtu != tc.offer {
+			t.Fatalf("as a vRoCE REQ: MTU %v, %v; want %v", m.mtu, err, tc.offer)
+		}
+		b[markerOff] = 0 // no vRoCE marker: another CM's REQ
+		if err := parseMAD(b[:], &m); err != nil || m.mtu != tc.shown {
+			t.Fatalf("as another CM's REQ: MTU %v, %v; want %v", m.mtu, err, tc.shown)
+		}
+		d[50] = 8<<4 | d[50]&0xf // an extension code in the IB field
+		if err := parseMAD(b[:], &m); err != nil || m.mtu != 0 {
+			t.Fatalf("extension code in the IB field: MTU %v, %v; want none", m.mtu, err)
+		}
 	}
 }
 
@@ -568,8 +568,7 @@ func TestMTU1344ShowsAnotherCM1024(t *testing.T) {
 // as it is, the smallest (256) too: it is no extension MTU.
 func TestAMarkerWithoutAnMTULeavesTheIBField(t *testing.T) {
 	for _, code := range []uint8{0, 10, 15} {
-		var b [vroce.MADSize]byte
-		(&mad{attr: attrREQ, localID: 1, qpn: 2, mtu: vroce.MTU256, vflags: vFlagsOffered, srcIP: netip.MustParseAddr("10.0.0.1"), dstIP: netip.MustParseAddr("10.0.0.2")}).marshal(&b)
+		b := offerREQ(vroce.MTU256)
 		b[markerOff+2] = b[markerOff+2]&0xf0 | code
 		var m mad
 		if err := parseMAD(b[:], &m); err != nil || m.mtu != vroce.MTU256 || m.vflags == 0 {
