@@ -87,6 +87,9 @@ func (r *requester) settle(qp *QP, una uint32, lost int, now int64) {
 	}
 	r.advance(qp, now)
 	r.retire(qp)
+	// What the responder now holds, or refused, no longer draws on the
+	// peer's budget: give it back though sndUna may not have moved.
+	r.settlePeer(qp, now)
 	if r.sb.sndUna != una || r.sb.lostCount != lost {
 		qp.kickAt(now) // the window moved or a retransmission is due
 	}
@@ -119,6 +122,7 @@ func (r *requester) takeAck(qp *QP, a ack, now int64) {
 		if qp.attr.RNRRetry != 7 {
 			r.rnrLeft--
 		}
+		r.sb.answered(psn) // the copy refused is no longer the peer's to read
 		if qp.attr.SelectiveRepeat && r.sb.tracked(psn) {
 			// Our responder holds the requests that followed the one it
 			// refused, as it holds any that come out of order: only that

@@ -109,10 +109,18 @@ func (r *requester) settlePeer(qp *QP, now int64) {
 	}
 }
 
-// peerWant is what the QP's packets in flight should be charged: every
-// PSN sent and not yet passed by sndUna, and every resend of one.
+// peerWant is what the QP's packets in flight should be charged: the
+// copies that may sit in the peer's receive buffer or on the way there.
+// That is the scoreboard's pipe (sent, not yet known delivered, held by
+// the responder or lost) and every resend's extra copy. A PSN the
+// responder holds out of order has left its receive buffer, as has one
+// refused with an RNR NAK (marked lost until its wait ends): charging
+// them let the QPs waiting out RNR behind a shared SRQ fill the budget
+// with packets the peer had taken, while the QPs whose messages held
+// the SRQ's receives could not send the rest of them, so no receive
+// ever came back.
 func (r *requester) peerWant(qp *QP) int64 {
-	return int64(r.sb.inFlight()+r.sb.resends) * peerCost(qp.mtu)
+	return int64(r.sb.pipe()+r.sb.resends) * peerCost(qp.mtu)
 }
 
 // peerAdmits reports whether the peer budget lets one more new packet go;

@@ -435,6 +435,21 @@ func (s *scoreboard) markOneLost(psn uint32) {
 	}
 }
 
+// answered records that the responder answered a copy of psn without
+// taking it (an RNR NAK): one copy fewer may be waiting to be read. RNR
+// retries are sent one at a time, each after the last was refused, so a
+// PSN waiting out RNR counts no extra copies, however often it was
+// refused; it still counts as resent (Karn).
+func (s *scoreboard) answered(psn uint32) {
+	if !s.tracked(psn) {
+		return
+	}
+	if st := s.pkt(psn); st.resends > 0 {
+		st.resends--
+		s.resends--
+	}
+}
+
 // unhold forgets that the responder holds a PSN not yet delivered: it is
 // to be sent again whatever the SACK said.
 func (s *scoreboard) unhold(st *pktState) {

@@ -279,3 +279,21 @@ func TestScoreboardCountsLossRuns(t *testing.T) {
 	assert.Equal(t, 6, found, "0 to 2 and 5 to 7")
 	assert.Equal(t, 2, runs)
 }
+
+// A PSN refused again and again with RNR NAKs, each retry sent after the
+// last refusal, counts one copy that may be unread while a retry is out
+// and none while it waits; the PSNs held behind it and the refused one
+// are not in the pipe the peer budget charges.
+func TestScoreboardRNRRetriesCountNoExtraCopies(t *testing.T) {
+	s := sentBoard(100, 8, everyMicrosecond)
+	s.onSACK(sackOf(wire.SACKBlock{First: 101, Count: 7}), 10_000, 0, func(int64) {})
+	assert.Equal(t, 1, s.pipe(), "only the refused PSN is not held")
+	for i := range 300 {
+		s.answered(100) // the RNR NAK
+		s.markOneLost(100)
+		require.Equal(t, 0, s.pipe()+s.resends, "waiting out RNR %d", i)
+		s.sent(100, int64(20_000+i), false)
+		require.Equal(t, 2, s.pipe()+s.resends, "retry %d out", i)
+	}
+	assert.True(t, s.pkt(100).resent(), "a retry gives no RTT sample (Karn)")
+}
