@@ -87,8 +87,9 @@ func (r *requester) settle(qp *QP, una uint32, lost int, now int64) {
 	}
 	r.advance(qp, now)
 	r.retire(qp)
-	// What the responder now holds, or refused, no longer draws on the
-	// peer's budget: give it back though sndUna may not have moved.
+	// Every response settles the peer budget here, whether or not sndUna
+	// moved: what the responder now holds, or refused, draws on it no
+	// more. (A response that fails the QP skips it; the flush settles.)
 	r.settlePeer(qp, now)
 	if r.sb.sndUna != una || r.sb.lostCount != lost {
 		qp.kickAt(now) // the window moved or a retransmission is due
@@ -222,7 +223,6 @@ func (r *requester) advance(qp *QP, now int64) {
 	if moved == 0 {
 		return
 	}
-	r.settlePeer(qp, now)
 	r.cc.onAck(moved, r.rec.rtt.Latest, r.rec.rtt.MinRTT, r.rec.rtt.SRTT, now)
 	r.progressAt = now
 	r.rec.onProgress() // re-armed from now by pump
