@@ -2,6 +2,7 @@ package rsock
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -45,7 +46,7 @@ func TestManyStreamsReceiveAtOnce(t *testing.T) {
 				return
 			}
 			if !bytes.Equal(got, data) {
-				errs <- io.ErrUnexpectedEOF
+				errs <- fmt.Errorf("stream %d: the 256 KiB read differ from what was written", i)
 			}
 		})
 	}
