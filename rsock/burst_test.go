@@ -8,13 +8,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestManyStreamsReceiveAtOnce: 200 streams from one listener to one
-// dialer each get 256 KiB at the same moment. The dialer's SRQ starts
-// with receives for 32 messages, so most streams' first packets draw
-// RNR NAKs while the messages that got receives finish; every byte must
-// land. (The engine's peer budget once counted the refused QPs' retries
+// dialer each get 256 KiB at the same moment. The dialer's SRQ keeps
+// only two receives posted once its first 32 are spent (left to grow, it
+// kept up on an idle machine and drew no RNR NAK under CI's load), so
+// most streams' first packets draw RNR NAKs while the messages that got
+// receives finish; every byte must land. (The engine's peer budget once counted the refused QPs' retries
 // and the packets the dialer held behind them, and the messages holding
 // the receives could not finish: through rsock-proxy, 200 streams
 // stopped dead about one run in five.)
@@ -27,6 +30,13 @@ func TestManyStreamsReceiveAtOnce(t *testing.T) {
 	for i := range streams {
 		clients[i], servers[i] = pair(t, l, d)
 	}
+	dialer := clients[0].(*Conn).s.st
+	for _, c := range clients {
+		require.Same(t, dialer, c.(*Conn).s.st, "every dialed stream shares one stack")
+	}
+	dialer.mu.Lock()
+	dialer.target, dialer.maxTarget = 2, 2
+	dialer.mu.Unlock()
 	data := payload(7, size)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -56,7 +66,7 @@ func TestManyStreamsReceiveAtOnce(t *testing.T) {
 	if n := len(errs); n > 0 {
 		t.Errorf("%d of %d reads and writes failed; the first: %v", n, 2*streams, <-errs)
 	}
-	if rnr := clients[0].(*Conn).s.st.dev.Stats().QPs.RNRNAKsSent; rnr == 0 {
+	if rnr := dialer.dev.Stats().QPs.RNRNAKsSent; rnr == 0 {
 		t.Error("the dialer sent no RNR NAK: the burst did not outrun its SRQ, and the test shows nothing")
 	}
 	for i := range streams {

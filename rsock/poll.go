@@ -111,10 +111,10 @@ func (s *stack) dispatch(wcs []vroce.WorkCompletion) {
 		}
 	}
 	s.mu.Lock()
-	if recvs > 0 && s.srq.Len() < s.target/4 && s.target < maxPosted {
+	if recvs > 0 && s.srq.Len() < s.target/4 && s.target < s.maxTarget {
 		// Arrivals outran the top-up: the next burst would meet an
 		// empty SRQ and draw RNR NAKs.
-		s.target = min(2*s.target, maxPosted)
+		s.target = min(2*s.target, s.maxTarget)
 	}
 	s.replenishLocked() // a failure leaves fewer posted; RNR covers it
 	s.mu.Unlock()

@@ -36,6 +36,7 @@ type stack struct {
 	rx        []*buffer // posted receives, by WR ID
 	rxFree    []uint32
 	target    int // receives to keep posted
+	maxTarget int // what target may grow to: maxPosted (a test lowers it)
 	posted    int
 	downs     []*stream // disconnect notices for the poller
 
@@ -63,7 +64,7 @@ func openStack(c stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{dev: dev, streams: map[uint32]*stream{}, target: minPosted, wcs: make([]vroce.WorkCompletion, 64),
+	s := &stack{dev: dev, streams: map[uint32]*stream{}, target: minPosted, maxTarget: maxPosted, wcs: make([]vroce.WorkCompletion, 64),
 		cfg: c, released: make(chan struct{}), recent: newRecentServices()}
 	fail := func(err error) (*stack, error) { dev.Close(); close(s.released); return nil, err }
 	if s.pd, err = dev.AllocPD(); err != nil {
