@@ -137,6 +137,14 @@ type Info struct {
 	FastRetransmits  uint64
 	TailProbes       uint64
 	SpuriousTimeouts uint64
+	// Why sending waited though the window was open: RNRWaits counts
+	// messages the peer refused for want of a posted receive (its shared
+	// receive queue ran dry; they are sent again after its RNR timer),
+	// PeerBudgetStops the times this stream's QP held back because all
+	// the QPs of its device to that peer had as much in flight as the
+	// peer's receive buffer is assumed to hold.
+	RNRWaits        uint64
+	PeerBudgetStops uint64
 }
 
 // Info returns the stream's transport state now.
@@ -147,5 +155,6 @@ func (c *Conn) Info() Info {
 	c.s.mu.Unlock()
 	return Info{RTT: q.SRTT, MinRTT: q.MinRTT, Retransmits: q.Retransmits, Timeouts: q.Timeouts,
 		FastRetransmits: q.FastRetransmits, TailProbes: q.TailProbes, SpuriousTimeouts: q.SpuriousTimeouts,
+		RNRWaits: q.RNRNAKsRecv, PeerBudgetStops: q.PeerBudgetStops,
 		CWnd: q.CWnd, MTU: int(c.s.qp.Attr().PathMTU), TxPackets: q.TxPackets, RxPackets: q.RxPackets, BytesIn: in, BytesOut: out}
 }

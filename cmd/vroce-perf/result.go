@@ -38,6 +38,9 @@ type result struct {
 	FastRetransmits uint64 `json:"fast_retransmits"`
 	TailProbes      uint64 `json:"tail_probes"`
 	Spurious        uint64 `json:"spurious_timeouts"`
+	// RNRWaits: messages the peer refused for want of a posted receive,
+	// sent again after its RNR timer (a receiver that fell behind).
+	RNRWaits uint64 `json:"rnr_waits"`
 	// ACKs this side sent, and how many of them rode on a request.
 	ACKs      uint64  `json:"acks_sent"`
 	PiggyACKs uint64  `json:"piggybacked_acks"`
@@ -121,6 +124,9 @@ func (r *result) print(w io.Writer, asJSON bool) {
 	if r.Provider != "tcp" {
 		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",
 			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, r.CWnd, r.SRTT)
+		if r.RNRWaits > 0 {
+			fmt.Fprintf(w, " messages refused for want of a receive (RNR NAKs) %d\n", r.RNRWaits)
+		}
 		if r.PiggyACKs > 0 {
 			fmt.Fprintf(w, " piggybacked ACKs %d of %d\n", r.PiggyACKs, r.ACKs+r.PiggyACKs)
 		}

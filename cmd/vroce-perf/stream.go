@@ -155,7 +155,7 @@ func streamClient(cfg *config, conn net.Conn, provider string) (*result, error) 
 	if c, ok := conn.(interface{ Info() rsock.Info }); ok {
 		in := c.Info()
 		r.Retransmits, r.Timeouts, r.CWnd, r.SRTT = in.Retransmits, in.Timeouts, in.CWnd, float64(in.RTT)/1e3
-		r.FastRetransmits, r.TailProbes = in.FastRetransmits, in.TailProbes
+		r.FastRetransmits, r.TailProbes, r.RNRWaits = in.FastRetransmits, in.TailProbes, in.RNRWaits
 	}
 	if cfg.Test == "stream_lat" {
 		r.setLatency(run.Samples, run.Elapsed)
