@@ -188,8 +188,13 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 			continue
 		}
 		// The oldest PSN may always go again: each QP can make progress
-		// whatever the others hold of the budget.
-		if !r.paced(now) || r.rdLimited(qp, w) || (psn != r.sb.sndUna && !r.peerAdmits(qp, now)) {
+		// whatever the others hold of the budget, and whatever the pacer
+		// says. Its gap is srtt/cwnd, which after timeouts on a stalled
+		// host (cwnd 1, srtt 600 ms) outgrew the ACK timeout: the RTO
+		// fired and sent nothing, until retry_cnt failed a QP that had
+		// not retried at all.
+		head := psn == r.sb.sndUna
+		if (!head && !r.paced(now)) || r.rdLimited(qp, w) || (!head && !r.peerAdmits(qp, now)) {
 			break
 		}
 		r.emit(qp, w, psn, b, now)
