@@ -3,6 +3,8 @@ package vroce_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,7 +179,7 @@ func TestSendsToASharedSRQOutlastRNR(t *testing.T) {
 		post(slot)
 	}
 
-	senders := make([]*vroce.QP, qps)
+	senders, receivers := make([]*vroce.QP, qps), make([]*vroce.QP, qps)
 	byQPN := map[uint32]int{}
 	for i := range qps {
 		s, err := spd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: scq, RecvCQ: scq,
@@ -192,7 +194,7 @@ func TestSendsToASharedSRQOutlastRNR(t *testing.T) {
 		}
 		verbstest.Connect(t, s, r, db, o)
 		verbstest.Connect(t, r, s, da, o)
-		senders[i], byQPN[r.QPN()] = s, i
+		senders[i], receivers[i], byQPN[r.QPN()] = s, r, i
 	}
 	for i, s := range senders {
 		err := s.PostSend(vroce.SendWR{ID: uint64(i), Opcode: vroce.WRSend, Flags: vroce.SendSignaled,
@@ -209,8 +211,18 @@ func TestSendsToASharedSRQOutlastRNR(t *testing.T) {
 	for got := 0; got < qps; {
 		n, err := rcq.PollWait(ctx, wcs)
 		if err != nil {
-			t.Fatalf("%d of %d messages landed: %v (RNR NAKs sent %d; the senders stopped %d times for the peer budget)",
-				got, qps, err, db.Stats().QPs.RNRNAKsSent, da.Stats().QPs.PeerBudgetStops)
+			var failed []string
+			for _, wc := range pollAll(scq) {
+				if wc.Status != vroce.WCSuccess {
+					failed = append(failed, fmt.Sprintf("QP %d: %v", wc.ID, wc.Status))
+				}
+			}
+			var waiting []string
+			for i, s := range senders {
+				waiting = append(waiting, fmt.Sprintf("QP %d %v: %+v\n\tits peer: %+v", i, s.State(), s.Stats(), receivers[i].Stats()))
+			}
+			t.Fatalf("%d of %d messages landed: %v (RNR NAKs sent %d; the senders stopped %d times for the peer budget)\nsends failed: %v\nsenders:\n%s",
+				got, qps, err, db.Stats().QPs.RNRNAKsSent, da.Stats().QPs.PeerBudgetStops, failed, strings.Join(waiting, "\n"))
 		}
 		for _, wc := range wcs[:n] {
 			if wc.Status != vroce.WCSuccess {
