@@ -8,6 +8,8 @@
 // are copied both ways, and a half-close on either side is passed on, so
 // request/response protocols that rely on it work. SIGTERM or SIGINT stops
 // accepting, lets open connections finish for --drain, then closes them.
+// SIGUSR1 prints every open connection, with its vRoCE stream's
+// transport state (rsock.Info), to the log.
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -121,12 +124,23 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// Before the log says it listens: a SIGUSR1 sent on seeing that line
+	// must not find the runtime ignoring it.
+	report := make(chan os.Signal, 1)
+	signal.Notify(report, syscall.SIGUSR1)
 	p, err := start(cfg, logger)
 	if err != nil {
 		logger.Fatal(err)
 	}
 	logger.Printf("listening on %v (%s), forwarding to %v", cfg.listen, p.Addr(), cfg.to)
-	<-ctx.Done()
+	for ctx.Err() == nil {
+		select {
+		case <-report:
+			p.report(logger.Writer())
+		case <-ctx.Done():
+		}
+	}
+	signal.Stop(report)
 	logger.Printf("shutting down: %d connections open, waiting up to %v", p.open.Load(), cfg.drain)
 	p.shutdown(cfg.drain)
 	drainCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -147,11 +161,20 @@ type proxy struct {
 	wg     sync.WaitGroup
 	open   atomic.Int64
 	served atomic.Int64
+
+	mu    sync.Mutex // guards conns
+	conns map[*openConn]struct{}
+}
+
+// openConn is a connection being copied, for the state report.
+type openConn struct {
+	client, target net.Conn
+	since          time.Time
 }
 
 // start listens and serves in the background.
 func start(cfg config, logger *log.Logger) (*proxy, error) {
-	p := &proxy{cfg: cfg, log: logger}
+	p := &proxy{cfg: cfg, log: logger, conns: map[*openConn]struct{}{}}
 	var err error
 	if cfg.listen.vroce {
 		p.ln, err = (&rsock.ListenConfig{Mode: cfg.mode}).Listen(context.Background(), "tcp", cfg.listen.addr)
@@ -204,6 +227,15 @@ func (p *proxy) serve(c net.Conn) {
 	}
 	defer t.Close()
 	p.served.Add(1)
+	oc := &openConn{client: c, target: t, since: time.Now()}
+	p.mu.Lock()
+	p.conns[oc] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, oc)
+		p.mu.Unlock()
+	}()
 	if p.cfg.verbose {
 		p.log.Printf("%v (%s) -> %v (%s): open", c.RemoteAddr(), transport(c), t.RemoteAddr(), transport(t))
 	}
@@ -259,6 +291,32 @@ func transport(c net.Conn) string {
 		return t.Transport()
 	}
 	return "tcp"
+}
+
+// report writes the open connections, oldest first, each with the
+// transport state of its vRoCE stream: where a stream stalls, it says
+// whether it waits for ACKs (retransmissions, timeouts), for the peer's
+// receives (RNR waits) or for the budget towards that peer.
+func (p *proxy) report(w io.Writer) {
+	p.mu.Lock()
+	conns := make([]*openConn, 0, len(p.conns))
+	for oc := range p.conns {
+		conns = append(conns, oc)
+	}
+	p.mu.Unlock()
+	slices.SortFunc(conns, func(a, b *openConn) int { return a.since.Compare(b.since) })
+	fmt.Fprintf(w, "%d connections open, %d served\n", len(conns), p.served.Load())
+	for _, oc := range conns {
+		fmt.Fprintf(w, "  %v -> %v, open %v", oc.client.RemoteAddr(), oc.target.RemoteAddr(), time.Since(oc.since).Round(time.Millisecond))
+		for _, c := range []net.Conn{oc.client, oc.target} {
+			if s, ok := c.(interface{ Info() rsock.Info }); ok {
+				i := s.Info()
+				fmt.Fprintf(w, "; vroce %v: rtt %v, window %d, %d bytes in, %d out, %d retransmissions, %d timeouts, %d RNR waits, %d budget stops",
+					c.RemoteAddr(), i.RTT, i.CWnd, i.BytesIn, i.BytesOut, i.Retransmits, i.Timeouts, i.RNRWaits, i.PeerBudgetStops)
+			}
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // shutdown stops accepting, lets open connections finish for up to

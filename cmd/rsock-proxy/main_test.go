@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -12,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -247,5 +250,113 @@ func TestNoFallbackRefusesATCPTarget(t *testing.T) {
 	defer cancel()
 	if err := rsock.Drain(ctx); err != nil {
 		t.Error(err)
+	}
+}
+
+// The state report (SIGUSR1) lists an open connection with its vRoCE
+// stream's transport state: the bytes that crossed it so far, and why it
+// might wait.
+func TestReportShowsOpenStreams(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- streamtest.ServeEcho(echo) }()
+	p, err := start(config{listen: endpoint{vroce: true, addr: "127.0.0.1:0"}, to: endpoint{addr: echo.Addr().String()}, dialTimeout: 5 * time.Second},
+		log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := (&rsock.Dialer{NoFallback: true}).Dial("tcp", p.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("what crossed so far")
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, len(msg))); err != nil {
+		t.Fatal(err)
+	}
+
+	// The stream counts what the proxy's copies have read and written
+	// once each copy's write returns, which may be after the echo came
+	// back: the report is asked again until it says so.
+	line := regexp.MustCompile(fmt.Sprintf(`(?m)\A1 connections open, 1 served\n  %[1]s -> %[2]s, open \S+; vroce %[1]s: rtt \S+, window [1-9]\d*, %[3]d bytes in, %[3]d out, \d+ retransmissions, \d+ timeouts, \d+ RNR waits, \d+ budget stops\n\z`,
+		regexp.QuoteMeta(c.LocalAddr().String()), regexp.QuoteMeta(echo.Addr().String()), len(msg)))
+	var report bytes.Buffer
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		report.Reset()
+		p.report(&report)
+		if got = report.String(); line.MatchString(got) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("report %q: want the stream from %v to %v, %d bytes each way", got, c.LocalAddr(), echo.Addr(), len(msg))
+		}
+	}
+	t.Logf("report:\n%s", got)
+
+	c.Close()
+	p.shutdown(5 * time.Second)
+	echo.Close()
+	<-served
+	report.Reset()
+	p.report(&report)
+	if got := report.String(); got != "0 connections open, 1 served\n" {
+		t.Fatalf("report after the connection closed: %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rsock.Drain(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// The program answers SIGUSR1 with the report and keeps serving; SIGTERM
+// still stops it.
+func TestSIGUSR1PrintsTheReport(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "rsock-proxy")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "--listen", "tcp://127.0.0.1:0", "--to", "tcp://127.0.0.1:9")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// A proxy that never prints what is awaited is killed, which ends
+	// its output and the wait.
+	stuck := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() })
+	defer stuck.Stop()
+	lines := bufio.NewScanner(stderr)
+	expect := func(what string) {
+		t.Helper()
+		for lines.Scan() {
+			if strings.Contains(lines.Text(), what) {
+				return
+			}
+		}
+		t.Fatalf("rsock-proxy ended its output without %q (%v)", what, lines.Err())
+	}
+	expect("listening on tcp://127.0.0.1:0")
+	for range 2 { // and again: the first report did not stop it
+		if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		expect("0 connections open, 0 served")
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	expect("stopped: 0 connections served")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("rsock-proxy after SIGTERM: %v", err)
 	}
 }
