@@ -69,14 +69,9 @@ func TestARetryIsNotHeldByThePacer(t *testing.T) {
 	if err := a.qp.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled | SendInline, Inline: []byte("lost once")}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	wc := make([]WorkCompletion, 1)
-	if _, err := a.cq.PollWait(ctx, wc); err != nil {
-		t.Fatal(err)
-	}
-	if wc[0].Status != WCSuccess {
-		t.Fatalf("the SEND completed with %v (%+v)", wc[0].Status, a.qp.Stats())
+	wc := nextCompletion(t, a.cq)
+	if wc.Status != WCSuccess {
+		t.Fatalf("the SEND completed with %v (%+v)", wc.Status, a.qp.Stats())
 	}
 	if s := a.qp.Stats(); s.Retransmits == 0 {
 		t.Fatalf("the SEND completed without a retry, though its first packet was lost: %+v", s)

@@ -1,12 +1,14 @@
 package vroce
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"vroce.dev/vroce/wire"
 )
@@ -202,4 +204,16 @@ func (p *sinkProvider) takeSized() ([]wire.Packet, []int) {
 	sent, sizes := p.sent, p.sizes
 	p.sent, p.sizes = nil, nil
 	return sent, sizes
+}
+
+// nextCompletion waits up to 10 s for cq's next work completion.
+func nextCompletion(t *testing.T, cq *CQ) WorkCompletion {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]WorkCompletion, 1)
+	if _, err := cq.PollWait(ctx, wc); err != nil {
+		t.Fatal(err)
+	}
+	return wc[0]
 }
