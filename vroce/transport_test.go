@@ -156,8 +156,10 @@ func TestRNRResendsOnlyTheRefusedRequest(t *testing.T) {
 			if !sr && st.Retransmits < n {
 				t.Fatalf("as rxe, %d packets resent after the first RNR NAK refused the first of %d: the window should go again", st.Retransmits, n)
 			}
-			if b.QP.Stats().Duplicates > 0 && sr {
-				t.Fatalf("the responder received %d duplicates", b.QP.Stats().Duplicates)
+			// A probe or a timeout on a loaded host may resend a packet
+			// that had arrived: those are the only duplicates allowed.
+			if dup := b.QP.Stats().Duplicates; sr && dup > st.TailProbes+st.Timeouts {
+				t.Fatalf("the responder received %d duplicates, more than the %d probes and %d timeouts could send (%+v)", dup, st.TailProbes, st.Timeouts, st)
 			}
 		})
 	}

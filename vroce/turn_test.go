@@ -172,9 +172,13 @@ func TestFlushReachesAReceivingWaiter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	wcs := make(chan WorkCompletion, 1)
+	// One receive more than the pings take: each ping posts one and its
+	// SEND takes the oldest, so after ping i the one posted is i's. (One
+	// more posted each round left a round that found no waiter holding
+	// the turn a receive behind: the flush then began with i-1's.)
+	require.NoError(t, a.qp.PostRecv(RecvWR{ID: 1 << 20, SGL: []SGE{a.mr.SGE(0, 64)}}))
 	for i := range 200 {
-		ping(t, b, a, i) // leaves a receive posted on a
-		require.NoError(t, a.qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{a.mr.SGE(0, 64)}}))
+		ping(t, b, a, i) // leaves receive i posted on a
 		done := make(chan error, 1)
 		go func() {
 			err := a.cq.Wait(ctx)
