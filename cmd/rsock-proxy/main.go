@@ -141,7 +141,7 @@ func main() {
 		}
 	}
 	signal.Stop(report)
-	logger.Printf("shutting down: %d connections open, waiting up to %v", p.open.Load(), cfg.drain)
+	logger.Printf("shutting down: %d connections open, waiting up to %v", p.openCount(), cfg.drain)
 	p.shutdown(cfg.drain)
 	drainCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	rsock.Drain(drainCtx) // let the last streams' FINs and DREQs finish
@@ -159,17 +159,25 @@ type proxy struct {
 	ctx    context.Context // cancelled at the end of shutdown: closes what is left
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	open   atomic.Int64
 	served atomic.Int64
 
-	mu    sync.Mutex // guards conns
+	mu    sync.Mutex // guards conns and each one's target
 	conns map[*openConn]struct{}
 }
 
-// openConn is a connection being copied, for the state report.
+// openConn is an accepted connection, from its accept to its close: the
+// shutdown counts them and the state report lists them.
 type openConn struct {
-	client, target net.Conn
-	since          time.Time
+	client net.Conn
+	target net.Conn // nil while it is being dialed
+	since  time.Time
+}
+
+// openCount is how many accepted connections are not closed yet.
+func (p *proxy) openCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
 }
 
 // start listens and serves in the background.
@@ -206,17 +214,25 @@ func (p *proxy) accept() {
 			}
 			return
 		}
-		p.open.Add(1)
+		oc := &openConn{client: c, since: time.Now()}
+		p.mu.Lock()
+		p.conns[oc] = struct{}{}
+		p.mu.Unlock()
 		p.wg.Go(func() {
-			defer p.open.Add(-1)
-			p.serve(c)
+			defer func() {
+				p.mu.Lock()
+				delete(p.conns, oc)
+				p.mu.Unlock()
+			}()
+			p.serve(oc)
 		})
 	}
 }
 
 // serve connects c to the target and copies both ways until both are
 // done, passing half-closes on.
-func (p *proxy) serve(c net.Conn) {
+func (p *proxy) serve(oc *openConn) {
+	c := oc.client
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.dialTimeout)
 	t, err := p.dial(ctx, "tcp", p.cfg.to.addr)
@@ -227,15 +243,9 @@ func (p *proxy) serve(c net.Conn) {
 	}
 	defer t.Close()
 	p.served.Add(1)
-	oc := &openConn{client: c, target: t, since: time.Now()}
 	p.mu.Lock()
-	p.conns[oc] = struct{}{}
+	oc.target = t
 	p.mu.Unlock()
-	defer func() {
-		p.mu.Lock()
-		delete(p.conns, oc)
-		p.mu.Unlock()
-	}()
 	if p.cfg.verbose {
 		p.log.Printf("%v (%s) -> %v (%s): open", c.RemoteAddr(), transport(c), t.RemoteAddr(), transport(t))
 	}
@@ -299,14 +309,18 @@ func transport(c net.Conn) string {
 // receives (RNR waits) or for the budget towards that peer.
 func (p *proxy) report(w io.Writer) {
 	p.mu.Lock()
-	conns := make([]*openConn, 0, len(p.conns))
+	conns := make([]openConn, 0, len(p.conns))
 	for oc := range p.conns {
-		conns = append(conns, oc)
+		conns = append(conns, *oc)
 	}
 	p.mu.Unlock()
-	slices.SortFunc(conns, func(a, b *openConn) int { return a.since.Compare(b.since) })
+	slices.SortFunc(conns, func(a, b openConn) int { return a.since.Compare(b.since) })
 	fmt.Fprintf(w, "%d connections open, %d served\n", len(conns), p.served.Load())
 	for _, oc := range conns {
+		if oc.target == nil {
+			fmt.Fprintf(w, "  %v -> %v, connecting for %v\n", oc.client.RemoteAddr(), p.cfg.to, time.Since(oc.since).Round(time.Millisecond))
+			continue
+		}
 		fmt.Fprintf(w, "  %v -> %v, open %v", oc.client.RemoteAddr(), oc.target.RemoteAddr(), time.Since(oc.since).Round(time.Millisecond))
 		for _, c := range []net.Conn{oc.client, oc.target} {
 			if s, ok := c.(interface{ Info() rsock.Info }); ok {
@@ -328,7 +342,7 @@ func (p *proxy) shutdown(drain time.Duration) {
 	select {
 	case <-done:
 	case <-time.After(drain):
-		p.log.Printf("closing %d connections still open", p.open.Load())
+		p.log.Printf("closing %d connections still open", p.openCount())
 	}
 	p.cancel()
 	<-done

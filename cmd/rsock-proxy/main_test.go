@@ -135,7 +135,7 @@ func TestShutdownLetsOpenConnectionsFinish(t *testing.T) {
 	}
 	defer c.Close()
 	c.Write([]byte("in flight"))
-	for p.open.Load() == 0 { // the proxy has the connection
+	for p.openCount() == 0 { // the proxy has the connection
 		time.Sleep(time.Millisecond)
 	}
 	done := make(chan struct{})
