@@ -18,10 +18,10 @@ import (
 // only two receives posted once its first 32 are spent (left to grow, it
 // kept up on an idle machine and drew no RNR NAK under CI's load), so
 // most streams' first packets draw RNR NAKs while the messages that got
-// receives finish; every byte must land. (The engine's peer budget once counted the refused QPs' retries
-// and the packets the dialer held behind them, and the messages holding
-// the receives could not finish: through rsock-proxy, 200 streams
-// stopped dead about one run in five.)
+// receives finish; every byte must land. (The engine's peer budget once
+// counted the refused QPs' retries and the packets the dialer held
+// behind them, and the messages holding the receives could not finish:
+// through rsock-proxy, 200 streams stopped dead about one run in five.)
 func TestManyStreamsReceiveAtOnce(t *testing.T) {
 	const streams, size = 200, 256 << 10
 	l := listen(t, &ListenConfig{Mode: ModeSocket}, "127.0.0.1:0")
