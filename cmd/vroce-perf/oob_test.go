@@ -74,6 +74,28 @@ func FuzzParsePerftestKeys(f *testing.F) {
 	})
 }
 
+// FuzzParsePerftestDest: perftest's binary record (-R) is read only at
+// its own length, and what it keeps writes back and reads again the same.
+func FuzzParsePerftestDest(f *testing.F) {
+	k := pfKeys{outReads: 0x80, qpn: 0x11, psn: 0x6fd4f2, rkey: 0x236, vaddr: 0x56182f335000,
+		gid: [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 1}, srqn: 7}
+	f.Add(k.marshalBinary())
+	f.Add(make([]byte, pfDestLen-1))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		k, err := parsePFDest(b)
+		if err != nil {
+			if len(b) == pfDestLen {
+				t.Fatalf("a record of %d bytes refused: %v", len(b), err)
+			}
+			return
+		}
+		again, err := parsePFDest(k.marshalBinary())
+		if err != nil || again != k {
+			t.Fatalf("%x parses as %+v, which writes back as %x", b, k, k.marshalBinary())
+		}
+	})
+}
+
 // freePort is a TCP port nothing listens on now.
 func freePort(t *testing.T) int {
 	t.Helper()
