@@ -4,6 +4,7 @@ package rxe
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -142,6 +143,9 @@ type exchange struct {
 	guest string   // the guest's command as server; as client the host's address follows
 	host  []string // vroce-perf's arguments as server; as client the guest's address follows
 	port  int      // what the guest's server listens on: a TCP port, 0 for rdma_cm
+	// guestAt and hostAt are the addresses the clients are given: by
+	// default guestIP and hostIP.
+	guestAt, hostAt string
 	// rxe's counters to check, when sends or recvs are not zero.
 	sends, recvs int
 	// check, if set, looks at what the two said.
@@ -162,16 +166,17 @@ func runExchange(t *testing.T, g *guest, e exchange, guestServes bool) {
 	var gout, out string
 	var hostErr error
 	var before map[string]int
+	guestAt, hostAt := cmp.Or(e.guestAt, guestIP), cmp.Or(e.hostAt, hostIP)
 	for try := 1; ; try++ {
 		before = g.counters(t)
 		if guestServes {
 			srv := g.start(t, e.guest)
 			g.waitListening(t, e.port)
-			out, hostErr = hostClient(g, append(append([]string(nil), e.host...), guestIP)...)
+			out, hostErr = hostClient(g, append(append([]string(nil), e.host...), guestAt)...)
 			rc, gout = srv.wait(t, 60*time.Second)
 		} else {
 			wait := hostServer(t, g, e.host...)
-			rc, gout = g.start(t, e.guest+" "+hostIP).wait(t, 60*time.Second)
+			rc, gout = g.start(t, e.guest+" "+hostAt).wait(t, 60*time.Second)
 			out, hostErr = wait()
 		}
 		if rc == 0 || try == 2 || !perftestClockFailed(gout) {
@@ -344,6 +349,27 @@ func TestRping(t *testing.T) {
 	})
 	t.Run("guest connects", func(t *testing.T) {
 		runExchange(t, g, exchange{guest: "rping -c -C 5 -S 64 -V -v -a", host: host,
+			check: func(t *testing.T, _ bool, gout, _ string) { assert.Contains(t, gout, "ping data: rdma-ping-4: ") }}, false)
+	})
+}
+
+// TestRpingIPv6: rping over RDMA_CM between unique local IPv6 addresses:
+// rdma_cm's header carries the addresses whole, and the REQ's GIDs are
+// the addresses themselves. (perftest 4.5's -R resolves IPv4 only.)
+func TestRpingIPv6(t *testing.T) {
+	g := needGuest(t)
+	const guestULA, hostULA = "fd00:7263::1", "fd00:7263::2"
+	g.sh(t, "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad; ip -6 addr add "+guestULA+"/64 dev eth0")
+	b, err := exec.Command("ip", "-n", g.ns, "addr", "add", hostULA+"/64", "dev", g.tap, "nodad").CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	g.sh(t, "i=0; until ping6 -c 1 -W 1 "+hostULA+" >/dev/null; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done")
+	host := []string{"rping", "-n", "5", "-s", "64", "--dev-addr=[" + hostULA + "]:4791"}
+	t.Run("guest serves", func(t *testing.T) {
+		runExchange(t, g, exchange{guest: "rping -s -a " + guestULA + " -C 5 -S 64 -V", host: host, guestAt: guestULA,
+			check: func(t *testing.T, _ bool, _, out string) { assert.Contains(t, out, "5 pings of 64 bytes") }}, true)
+	})
+	t.Run("guest connects", func(t *testing.T) {
+		runExchange(t, g, exchange{guest: "rping -c -C 5 -S 64 -V -v -a", host: host, hostAt: hostULA,
 			check: func(t *testing.T, _ bool, gout, _ string) { assert.Contains(t, gout, "ping data: rdma-ping-4: ") }}, false)
 	})
 }
