@@ -53,6 +53,15 @@ func transport(c net.Conn) string {
 	return "?"
 }
 
+// haveIPv6Loopback reports whether a socket can listen on ::1.
+func haveIPv6Loopback() bool {
+	l, err := net.Listen("tcp", "[::1]:0")
+	if err == nil {
+		l.Close()
+	}
+	return err == nil
+}
+
 // pair dials l and returns both ends.
 func pair(t testing.TB, l net.Listener, d *Dialer) (client, server net.Conn) {
 	t.Helper()
@@ -76,10 +85,18 @@ func pair(t testing.TB, l net.Listener, d *Dialer) (client, server net.Conn) {
 	return client, server
 }
 
+// TestStreamEcho: a stream each way in both connection modes, over IPv4
+// and IPv6.
 func TestStreamEcho(t *testing.T) {
-	for _, mode := range []string{ModeSocket, ModeCM} {
-		t.Run(mode, func(t *testing.T) {
-			l, err := (&ListenConfig{Mode: mode}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	for _, test := range []struct{ mode, at string }{
+		{ModeSocket, "127.0.0.1:0"}, {ModeCM, "127.0.0.1:0"}, {ModeSocket, "[::1]:0"}, {ModeCM, "[::1]:0"},
+	} {
+		mode := test.mode
+		t.Run(mode+" "+test.at, func(t *testing.T) {
+			if test.at == "[::1]:0" && !haveIPv6Loopback() {
+				t.Skip("this machine has no IPv6 loopback address")
+			}
+			l, err := (&ListenConfig{Mode: mode}).Listen(context.Background(), "tcp", test.at)
 			if err != nil {
 				t.Fatal(err)
 			}
