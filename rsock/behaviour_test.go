@@ -439,14 +439,21 @@ func TestStreamsOverALossyNetwork(t *testing.T) {
 
 // TestKeepaliveFindsADeadPeer: the path to the peer goes dark; the idle
 // stream's keepalive goes unanswered and a blocked Read fails with
-// ETIMEDOUT, as TCP's keepalive would.
+// ETIMEDOUT, as TCP's keepalive would. Another stream of the same device
+// keeps alive by the hour, which sets the keepalive loop looking every
+// quarter hour until the stream of 50 ms comes: the loop paces itself by
+// the shortest period, or this stream would wait past the test.
 func TestKeepaliveFindsADeadPeer(t *testing.T) {
 	network := sim.NewNetwork(sim.Config{})
 	defer network.Close()
 	lc := &ListenConfig{Mode: ModeCM, Provider: "sim", ProviderOptions: network, DeviceAddr: "127.0.0.1:0", KeepAlive: -1}
 	l := listen(t, lc, "127.0.0.1:7100")
-	d := &Dialer{Mode: ModeCM, Provider: "sim", ProviderOptions: network, DeviceAddr: "127.0.0.2:7100", KeepAlive: 50 * time.Millisecond}
-	c, s := pair(t, l, d)
+	slow := &Dialer{Mode: ModeCM, Provider: "sim", ProviderOptions: network, DeviceAddr: "127.0.0.2:7100", KeepAlive: time.Hour}
+	slowC, slowS := pair(t, l, slow)
+	d := *slow
+	d.KeepAlive = 50 * time.Millisecond
+	c, s := pair(t, l, &d)
+	require.Equal(t, slowC.LocalAddr().String(), c.LocalAddr().String(), "both streams from one device")
 	network.Partition(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
 	start := time.Now()
 	_, err := c.Read(make([]byte, 1))
@@ -455,8 +462,10 @@ func TestKeepaliveFindsADeadPeer(t *testing.T) {
 	}
 	t.Logf("a dead peer found after %v", time.Since(start).Round(time.Millisecond))
 	c.Close()
-	network.Heal() // the DREQ gets through, and the server's stream ends
+	slowC.Close()
+	network.Heal() // the DREQs get through, and the server's streams end
 	s.Close()
+	slowS.Close()
 	l.Close()
 	settle(t)
 }

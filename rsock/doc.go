@@ -38,7 +38,9 @@
 // background, for at most ten seconds; SetLinger(0) resets instead, as
 // does closing with data unread. Drain waits for background closes, for a
 // program about to exit. Keepalive (Dialer.KeepAlive, 15 s by default)
-// finds a dead peer. A stream grants its peer 16 messages of up to 64 KiB.
+// finds a dead peer; a device's streams are looked at a quarter of the
+// shortest period apart, and not at all while none keeps alive, so an
+// idle program sleeps. A stream grants its peer 16 messages of up to 64 KiB.
 //
 // A reader waiting for data, and a writer waiting for credits, receives
 // for the device meanwhile (vroce.Signal), so the packet that brings its

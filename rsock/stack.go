@@ -39,6 +39,11 @@ type stack struct {
 	maxTarget int // what target may grow to: maxPosted (a test lowers it)
 	posted    int
 	downs     []*stream // disconnect notices for the poller
+	// keepalivePeriods counts the streams by keepalive period, for the
+	// keepalive loop's pace; keepaliveKick (one slot) tells the loop of
+	// a shorter one (keepalive.go).
+	keepalivePeriods map[time.Duration]int
+	keepaliveKick    chan struct{}
 
 	// pollMu is held by whoever polls the CQ and dispatches (the stack's
 	// goroutine or the device's receive goroutine), so that a stream's
@@ -64,7 +69,7 @@ func openStack(c stackConfig) (*stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{dev: dev, streams: map[uint32]*stream{}, target: minPosted, maxTarget: maxPosted, wcs: make([]vroce.WorkCompletion, 64),
+	s := &stack{dev: dev, streams: map[uint32]*stream{}, keepalivePeriods: map[time.Duration]int{}, keepaliveKick: make(chan struct{}, 1), target: minPosted, maxTarget: maxPosted, wcs: make([]vroce.WorkCompletion, 64),
 		cfg: c, released: make(chan struct{}), recent: newRecentServices()}
 	fail := func(err error) (*stack, error) { dev.Close(); close(s.released); return nil, err }
 	if s.pd, err = dev.AllocPD(); err != nil {
@@ -288,6 +293,7 @@ func (s *stack) snapshot() []*stream {
 func (s *stack) add(st *stream) {
 	s.mu.Lock()
 	s.streams[st.qp.QPN()] = st
+	s.keepaliveAddLocked(st)
 	s.mu.Unlock()
 }
 
@@ -295,6 +301,7 @@ func (s *stack) remove(st *stream) {
 	s.mu.Lock()
 	if s.streams[st.qp.QPN()] == st {
 		delete(s.streams, st.qp.QPN())
+		s.keepaliveRemoveLocked(st)
 	}
 	s.mu.Unlock()
 }
