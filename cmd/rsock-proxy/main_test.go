@@ -20,9 +20,10 @@ import (
 	"testing"
 	"time"
 
-	"vroce.dev/internal/testkit/streamtest"
-
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"vroce.dev/internal/testkit/streamtest"
 	"vroce.dev/rsock"
 )
 
@@ -313,6 +314,45 @@ func TestReportShowsOpenStreams(t *testing.T) {
 	if err := rsock.Drain(ctx); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestReportShowsAConnectionStillConnecting: a client whose target has
+// not answered yet is in the report as connecting, from the moment it
+// was accepted. The target takes the TCP connection of a SOCKET dial and
+// never answers its exchange.
+func TestReportShowsAConnectionStillConnecting(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	held := make(chan net.Conn, 1)
+	go func() {
+		if c, err := silent.Accept(); err == nil {
+			held <- c
+		}
+		close(held)
+	}()
+	p, err := start(config{listen: endpoint{addr: "127.0.0.1:0"}, to: endpoint{vroce: true, addr: silent.Addr().String()},
+		mode: rsock.ModeSocket, noFallback: true, dialTimeout: 30 * time.Second}, log.New(io.Discard, "", 0))
+	require.NoError(t, err)
+	c, err := net.Dial("tcp", p.Addr().String())
+	require.NoError(t, err)
+	line := regexp.MustCompile(fmt.Sprintf(`(?m)\A1 connections open, 0 served\n  %s -> vroce://%s, connecting for \S+\n\z`,
+		regexp.QuoteMeta(c.LocalAddr().String()), regexp.QuoteMeta(silent.Addr().String())))
+	var report bytes.Buffer
+	require.Eventually(t, func() bool {
+		report.Reset()
+		p.report(&report)
+		return line.Match(report.Bytes())
+	}, 10*time.Second, time.Millisecond, "report %q", &report)
+	t.Logf("report:\n%s", &report)
+	c.Close()
+	p.shutdown(0)
+	silent.Close()
+	if c, ok := <-held; ok {
+		c.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, rsock.Drain(ctx))
 }
 
 // The program answers SIGUSR1 with the report and keeps serving; SIGTERM
