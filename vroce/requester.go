@@ -440,6 +440,11 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 			p.Piggy.Put(buf[hl:])
 		}
 		b.addLent(qp, hl, body, trailer)
+	} else if body, ok := w.lend(k*mtu, n); ok && n > 0 {
+		if trailer > 0 {
+			p.Piggy.Put(buf[hl+n:])
+		}
+		b.addCopied(qp, hl, body, trailer)
 	} else {
 		if n > 0 {
 			w.gather(buf[hl:hl+n], k*mtu)

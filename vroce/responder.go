@@ -627,10 +627,7 @@ func (r *responder) sendReadResponses(qp *QP, out *txBatch, s span, psn uint32, 
 			AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn},
 		}
 		hl, _ := p.EncodeHeaders(buf, size)
-		if size > 0 {
-			copy(buf[hl:hl+size], s.bytes()[off:])
-		}
-		out.addFor(qp, wire.Finish(buf, hl+size))
+		out.addCopied(qp, hl, s.bytes()[off:off+size], 0)
 	}
 	return n
 }

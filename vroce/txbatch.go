@@ -65,6 +65,21 @@ func (b *txBatch) addLent(qp *QP, hl int, body []byte, trailer int) {
 	qp.stats.TxPackets++
 }
 
+// addCopied queues a packet of qp's built in buf() with hl bytes of
+// headers and the trailer bytes already written after where body goes:
+// body is copied in behind the headers as the ICRC reads it, one pass
+// over the payload for both (wire.Sealer.SealCopy).
+func (b *txBatch) addCopied(qp *QP, hl int, body []byte, trailer int) {
+	buf := b.bufs[len(b.pkts)]
+	n := len(body)
+	tail := buf[hl+n : hl+n+trailer+wire.PadCount(n)+wire.ICRCLen]
+	clear(tail[trailer:])
+	qp.txSeal.SealCopy(buf[:hl], buf[hl:hl+n], body, tail)
+	b.pkts = append(b.pkts, Packet{Data: buf[:hl+n+len(tail)], Addr: qp.flow.Dst, Coalesce: qp.attr.SelectiveRepeat})
+	b.flows = append(b.flows, qp.flow)
+	qp.stats.TxPackets++
+}
+
 // joinLone copies the payload of a batch's only packet, lent from
 // registered memory, in behind its headers when the kernel would copy it
 // from there slowly (aliased4K). That is the latency case: a lone

@@ -9,6 +9,12 @@ import "golang.org/x/sys/cpu"
 // reports only together with AVX-512.
 var haveFold256 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpuidECX7()&(1<<10) != 0
 
+// haveStdlib512: hash/crc32 folds 512 bits at a time from stdlib512Min
+// bytes on (AVX-512 VPCLMULQDQ).
+var haveStdlib512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
+
+const stdlib512Min = 1024
+
 // haveShortCRC: PCLMULQDQ, and SSSE3 for PSHUFB.
 var haveShortCRC = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3
 
@@ -21,6 +27,12 @@ func cpuidECX7() uint32
 //
 //go:noescape
 func fold256(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)
+
+// fold256Copy is fold256 that also copies p into dst (as long as p, not
+// overlapping it) on the way.
+//
+//go:noescape
+func fold256Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)
 
 // shortCRC is crc32.Update's result for p (more than 16 bytes) with d
 // XORed into its first eight bytes: the inverted register, and the

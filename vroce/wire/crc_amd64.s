@@ -158,3 +158,64 @@ reduce:
 	NOTL      AX
 	MOVL      AX, ret+48(FP)
 	RET
+
+// func fold256Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)
+// is fold256 that also stores p into dst, each block as it is folded.
+TEXT ·fold256Copy(SB), NOSPLIT, $0-72
+	MOVL crc+0(FP), AX
+	MOVQ dst_base+8(FP), BX
+	MOVQ p_base+32(FP), SI
+	MOVQ p_len+40(FP), CX
+	MOVQ keys+56(FP), DX
+	MOVQ v+64(FP), DI
+
+	VBROADCASTI128 (DX), Y0
+	VMOVD          AX, X6
+	VMOVDQU        (SI), Y1
+	VMOVDQU        32(SI), Y2
+	VMOVDQU        64(SI), Y3
+	VMOVDQU        96(SI), Y4
+	VMOVDQU        Y1, (BX)
+	VMOVDQU        Y2, 32(BX)
+	VMOVDQU        Y3, 64(BX)
+	VMOVDQU        Y4, 96(BX)
+	VPXOR          Y6, Y1, Y1
+	ADDQ           $128, SI
+	ADDQ           $128, BX
+	SUBQ           $128, CX
+	JZ             mergecopy
+
+loopcopy:
+	VMOVDQU (SI), Y9
+	VMOVDQU 32(SI), Y10
+	VMOVDQU 64(SI), Y11
+	VMOVDQU 96(SI), Y12
+	VMOVDQU Y9, (BX)
+	VMOVDQU Y10, 32(BX)
+	VMOVDQU Y11, 64(BX)
+	VMOVDQU Y12, 96(BX)
+	FOLD(Y0, Y1, Y5, Y9)
+	FOLD(Y0, Y2, Y6, Y10)
+	FOLD(Y0, Y3, Y7, Y11)
+	FOLD(Y0, Y4, Y8, Y12)
+	ADDQ $128, SI
+	ADDQ $128, BX
+	SUBQ $128, CX
+	JNZ  loopcopy
+
+mergecopy:
+	VEXTRACTI128 $1, Y1, X8
+	VEXTRACTI128 $1, Y2, X9
+	VEXTRACTI128 $1, Y3, X10
+	VEXTRACTI128 $1, Y4, X11
+	VMOVDQU      16(DX), X0
+	FOLD(X0, X1, X5, X8)
+	FOLD(X0, X1, X5, X2)
+	FOLD(X0, X1, X5, X9)
+	FOLD(X0, X1, X5, X3)
+	FOLD(X0, X1, X5, X10)
+	FOLD(X0, X1, X5, X4)
+	FOLD(X0, X1, X5, X11)
+	VMOVDQU      X1, (DI)
+	VZEROUPPER
+	RET

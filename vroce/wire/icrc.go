@@ -259,6 +259,23 @@ func (s *Sealer) SealSplit(head, body, tail []byte) bool {
 	return ok
 }
 
+// SealCopy is SealSplit for a payload copied from src into dst as the
+// ICRC reads it (copyUpdateIEEE): head, then dst, then tail are the
+// packet, whether or not they lie in one buffer.
+func (s *Sealer) SealCopy(head, dst, src, tail []byte) bool {
+	if len(head) < BTHLen || len(tail) < ICRCLen || len(dst) < len(src) {
+		return false
+	}
+	crc, ok := s.headers(len(head) + len(src) + len(tail))
+	if ok {
+		crc = icrcFrom(crc, head, nil, nil)
+		crc = copyUpdateIEEE(crc, dst, src)
+		crc = updateIEEE(crc, tail[:len(tail)-ICRCLen])
+		binary.LittleEndian.PutUint32(tail[len(tail)-ICRCLen:], crc)
+	}
+	return ok
+}
+
 // Check is Flow.Check.
 func (s *Sealer) Check(pkt []byte) bool {
 	if len(pkt) < BTHLen+ICRCLen {
