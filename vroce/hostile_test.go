@@ -128,7 +128,9 @@ func TestForgedResponsesAreDropped(t *testing.T) {
 				assert.Zero(t, s.RNRNAKsRecv)
 			}
 			if c.name != "sequence NAK" && c.name != "RNR NAK" {
-				assert.Zero(t, s.Retransmits)
+				// A loaded host may delay the answers past the QP's tail
+				// probe or timeout: what those resend is theirs.
+				assert.LessOrEqual(t, s.Retransmits, s.TailProbes+s.Timeouts, "resent for the forged responses: %+v", s)
 			}
 		})
 	}
