@@ -318,11 +318,16 @@ func TestReportShowsOpenStreams(t *testing.T) {
 
 // TestReportShowsAConnectionStillConnecting: a client whose target has
 // not answered yet is in the report as connecting, from the moment it
-// was accepted. The target takes the TCP connection of a SOCKET dial and
-// never answers its exchange.
+// was accepted. The target takes the TCP connection of a SOCKET dial
+// and swallows its service probe on the UDP port of the same number, so
+// the dial, which may not fall back, waits for the probe for seconds.
+// (With nothing on the UDP port the ICMP answer fails it at once.)
 func TestReportShowsAConnectionStillConnecting(t *testing.T) {
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	swallow, err := net.ListenPacket("udp", silent.Addr().String())
+	require.NoError(t, err)
+	defer swallow.Close()
 	held := make(chan net.Conn, 1)
 	go func() {
 		if c, err := silent.Accept(); err == nil {
