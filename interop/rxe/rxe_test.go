@@ -331,7 +331,7 @@ func TestPerftestSendLat(t *testing.T) {
 // against Linux's CM, twice per run).
 func TestPerftestRDMACM(t *testing.T) {
 	g := needGuest(t)
-	for _, test := range []string{"write_bw", "read_bw", "send_lat"} {
+	for _, test := range []string{"write_bw", "read_bw", "send_bw", "send_lat"} {
 		t.Run(test, func(t *testing.T) { bothWays(t, g, perftest(test, "-n 20 -s 4096", true)) })
 	}
 }
