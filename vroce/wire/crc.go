@@ -38,8 +38,15 @@ func updateFold256(crc uint32, p []byte) uint32 {
 	// way in and out); folding it into the first bytes and finishing from
 	// a zero register is the same sum.
 	fold256(^crc, p[:n], &foldKeys, &v)
-	crc = updateSlicing8(0xffffffff, v[:]) // v stays on the stack
-	return crc32.Update(crc, crc32.IEEETable, p[n:])
+	return finishFold(&v, p[n:])
+}
+
+// finishFold is the CRC, from a zero register, of the 16 bytes a fold
+// left (v, kept on the caller's stack) followed by the input's rest
+// after the folded blocks.
+func finishFold(v *[16]byte, rest []byte) uint32 {
+	crc := updateSlicing8(0xffffffff, v[:])
+	return crc32.Update(crc, crc32.IEEETable, rest)
 }
 
 // copyUpdateIEEE copies src into dst (at least as long, not overlapping
@@ -62,9 +69,8 @@ func copyFold256(crc uint32, dst, src []byte) uint32 {
 	n := len(src) &^ (foldBlock - 1)
 	var v [16]byte
 	fold256Copy(^crc, dst[:n], src[:n], &foldKeys, &v)
-	crc = updateSlicing8(0xffffffff, v[:])
 	copy(dst[n:], src[n:])
-	return crc32.Update(crc, crc32.IEEETable, src[n:])
+	return finishFold(&v, src[n:])
 }
 
 // stdlibFaster reports whether the standard library's CRC is the faster

@@ -18,6 +18,27 @@ TEXT ·cpuidECX7(SB), NOSPLIT, $0-4
 	VPXOR      next, tmp, tmp \
 	VPXOR      tmp, acc, acc
 
+// MERGE_AND_STORE folds the eight lanes in Y1-Y4, in order, into one,
+// 128 bits at a time, with the keys at 16(DX), stores it at (DI) and
+// returns. The high lanes come out first: writing an X register clears
+// the upper half of its Y register.
+#define MERGE_AND_STORE \
+	VEXTRACTI128 $1, Y1, X8 \
+	VEXTRACTI128 $1, Y2, X9 \
+	VEXTRACTI128 $1, Y3, X10 \
+	VEXTRACTI128 $1, Y4, X11 \
+	VMOVDQU      16(DX), X0 \
+	FOLD(X0, X1, X5, X8) \
+	FOLD(X0, X1, X5, X2) \
+	FOLD(X0, X1, X5, X9) \
+	FOLD(X0, X1, X5, X3) \
+	FOLD(X0, X1, X5, X10) \
+	FOLD(X0, X1, X5, X4) \
+	FOLD(X0, X1, X5, X11) \
+	VMOVDQU      X1, (DI) \
+	VZEROUPPER \
+	RET
+
 // func fold256(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)
 TEXT ·fold256(SB), NOSPLIT, $0-48
 	MOVL crc+0(FP), AX
@@ -49,24 +70,7 @@ loop:
 	JNZ  loop
 
 merge:
-	// Fold the eight lanes, in order, into one, 128 bits at a time. The
-	// high lanes come out first: writing an X register clears the upper
-	// half of its Y register.
-	VEXTRACTI128 $1, Y1, X8
-	VEXTRACTI128 $1, Y2, X9
-	VEXTRACTI128 $1, Y3, X10
-	VEXTRACTI128 $1, Y4, X11
-	VMOVDQU      16(DX), X0
-	FOLD(X0, X1, X5, X8)
-	FOLD(X0, X1, X5, X2)
-	FOLD(X0, X1, X5, X9)
-	FOLD(X0, X1, X5, X3)
-	FOLD(X0, X1, X5, X10)
-	FOLD(X0, X1, X5, X4)
-	FOLD(X0, X1, X5, X11)
-	VMOVDQU      X1, (DI)
-	VZEROUPPER
-	RET
+	MERGE_AND_STORE
 
 // FOLD128 is FOLD on one 16-byte lane with SSE: acc = lo(acc)*k.lo ^
 // hi(acc)*k.hi ^ next.
@@ -204,18 +208,4 @@ loopcopy:
 	JNZ  loopcopy
 
 mergecopy:
-	VEXTRACTI128 $1, Y1, X8
-	VEXTRACTI128 $1, Y2, X9
-	VEXTRACTI128 $1, Y3, X10
-	VEXTRACTI128 $1, Y4, X11
-	VMOVDQU      16(DX), X0
-	FOLD(X0, X1, X5, X8)
-	FOLD(X0, X1, X5, X2)
-	FOLD(X0, X1, X5, X9)
-	FOLD(X0, X1, X5, X3)
-	FOLD(X0, X1, X5, X10)
-	FOLD(X0, X1, X5, X4)
-	FOLD(X0, X1, X5, X11)
-	VMOVDQU      X1, (DI)
-	VZEROUPPER
-	RET
+	MERGE_AND_STORE
