@@ -50,6 +50,15 @@ func (b *txBatch) add(flow wire.Flow, n int) {
 // added (addLent, addSealed; UD's add), under the QP's lock: a batch may
 // hold several QPs' packets, and whoever finds it full sends them all.
 
+// push queues p, a packet of qp's sealed in the batch's next buffer, on
+// qp's flow.
+func (b *txBatch) push(qp *QP, p Packet) {
+	p.Addr = qp.flow.Dst
+	b.pkts = append(b.pkts, p)
+	b.flows = append(b.flows, qp.flow)
+	qp.stats.TxPackets++
+}
+
 // addLent queues a packet of qp's built in buf() with hl bytes of headers,
 // whose payload body is lent from registered memory: the provider sends
 // it from there, then the rest of the buffer: trailer bytes already
@@ -60,9 +69,7 @@ func (b *txBatch) addLent(qp *QP, hl int, body []byte, trailer int) {
 	clear(tail[trailer:])
 	head := buf[:hl:hl]
 	qp.txSeal.SealSplit(head, body, tail)
-	b.pkts = append(b.pkts, Packet{Data: head, Body: body, Tail: tail, Addr: qp.flow.Dst, Coalesce: qp.attr.SelectiveRepeat})
-	b.flows = append(b.flows, qp.flow)
-	qp.stats.TxPackets++
+	b.push(qp, Packet{Data: head, Body: body, Tail: tail, Coalesce: qp.attr.SelectiveRepeat})
 }
 
 // addCopied queues a packet of qp's built in buf() with hl bytes of
@@ -75,9 +82,7 @@ func (b *txBatch) addCopied(qp *QP, hl int, body []byte, trailer int) {
 	tail := buf[hl+n : hl+n+trailer+wire.PadCount(n)+wire.ICRCLen]
 	clear(tail[trailer:])
 	qp.txSeal.SealCopy(buf[:hl], buf[hl:hl+n], body, tail)
-	b.pkts = append(b.pkts, Packet{Data: buf[:hl+n+len(tail)], Addr: qp.flow.Dst, Coalesce: qp.attr.SelectiveRepeat})
-	b.flows = append(b.flows, qp.flow)
-	qp.stats.TxPackets++
+	b.push(qp, Packet{Data: buf[:hl+n+len(tail)], Coalesce: qp.attr.SelectiveRepeat})
 }
 
 // joinLone copies the payload of a batch's only packet, lent from
@@ -125,7 +130,5 @@ func (b *txBatch) addFor(qp *QP, n int) { b.addSealed(qp, n, qp.attr.SelectiveRe
 func (b *txBatch) addSealed(qp *QP, n int, coalesce bool) {
 	data := b.bufs[len(b.pkts)][:n]
 	qp.txSeal.Seal(data)
-	b.pkts = append(b.pkts, Packet{Data: data, Addr: qp.flow.Dst, Coalesce: coalesce})
-	b.flows = append(b.flows, qp.flow)
-	qp.stats.TxPackets++
+	b.push(qp, Packet{Data: data, Coalesce: coalesce})
 }
