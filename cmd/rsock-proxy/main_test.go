@@ -54,11 +54,7 @@ func chain(t *testing.T, target string) (entry string, vroceLog *streamtest.Sync
 	t.Cleanup(func() {
 		b.shutdown(time.Second)
 		a.shutdown(time.Second)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := rsock.Drain(ctx); err != nil {
-			t.Error(err)
-		}
+		drainStreams(t)
 	})
 	return b.Addr().String(), vroceLog
 }
@@ -247,11 +243,7 @@ func TestNoFallbackRefusesATCPTarget(t *testing.T) {
 		}
 		p.shutdown(time.Second)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := rsock.Drain(ctx); err != nil {
-		t.Error(err)
-	}
+	drainStreams(t)
 }
 
 // The state report (SIGUSR1) lists an open connection with its vRoCE
@@ -286,34 +278,18 @@ func TestReportShowsOpenStreams(t *testing.T) {
 	// back: the report is asked again until it says so.
 	line := regexp.MustCompile(fmt.Sprintf(`(?m)\A1 connections open, 1 served\n  %[1]s -> %[2]s, open \S+; vroce %[1]s: rtt \S+, window [1-9]\d*, %[3]d bytes in, %[3]d out, \d+ retransmissions, \d+ timeouts, \d+ RNR waits, \d+ budget stops\n\z`,
 		regexp.QuoteMeta(c.LocalAddr().String()), regexp.QuoteMeta(echo.Addr().String()), len(msg)))
-	var report bytes.Buffer
-	var got string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		report.Reset()
-		p.report(&report)
-		if got = report.String(); line.MatchString(got) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("report %q: want the stream from %v to %v, %d bytes each way", got, c.LocalAddr(), echo.Addr(), len(msg))
-		}
-	}
-	t.Logf("report:\n%s", got)
+	awaitReport(t, p, line)
 
 	c.Close()
 	p.shutdown(5 * time.Second)
 	echo.Close()
 	<-served
-	report.Reset()
+	var report bytes.Buffer
 	p.report(&report)
 	if got := report.String(); got != "0 connections open, 1 served\n" {
 		t.Fatalf("report after the connection closed: %q", got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := rsock.Drain(ctx); err != nil {
-		t.Error(err)
-	}
+	drainStreams(t)
 }
 
 // TestReportShowsAConnectionStillConnecting: a client whose target has
@@ -342,22 +318,44 @@ func TestReportShowsAConnectionStillConnecting(t *testing.T) {
 	require.NoError(t, err)
 	line := regexp.MustCompile(fmt.Sprintf(`(?m)\A1 connections open, 0 served\n  %s -> vroce://%s, connecting for \S+\n\z`,
 		regexp.QuoteMeta(c.LocalAddr().String()), regexp.QuoteMeta(silent.Addr().String())))
-	var report bytes.Buffer
-	require.Eventually(t, func() bool {
-		report.Reset()
-		p.report(&report)
-		return line.Match(report.Bytes())
-	}, 10*time.Second, time.Millisecond, "report %q", &report)
-	t.Logf("report:\n%s", &report)
+	awaitReport(t, p, line)
 	c.Close()
 	p.shutdown(0)
 	silent.Close()
 	if c, ok := <-held; ok {
 		c.Close()
 	}
+	drainStreams(t)
+}
+
+// awaitReport asks p for its report until it matches line, within 10 s,
+// and logs it: the state it shows can trail what the test did (a
+// stream's byte counts, a dial's start).
+func awaitReport(t *testing.T, p *proxy, line *regexp.Regexp) {
+	t.Helper()
+	var report bytes.Buffer
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		report.Reset()
+		p.report(&report)
+		if line.Match(report.Bytes()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("report %q does not match %s", report.String(), line)
+		}
+	}
+	t.Logf("report:\n%s", &report)
+}
+
+// drainStreams waits, within 10 s, for every rsock stream the test left
+// to finish closing.
+func drainStreams(t *testing.T) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	require.NoError(t, rsock.Drain(ctx))
+	if err := rsock.Drain(ctx); err != nil {
+		t.Error(err)
+	}
 }
 
 // The program answers SIGUSR1 with the report and keeps serving; SIGTERM
