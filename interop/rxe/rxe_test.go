@@ -359,8 +359,9 @@ func TestRping(t *testing.T) {
 func TestRpingIPv6(t *testing.T) {
 	g := needGuest(t)
 	const guestULA, hostULA = "fd00:7263::1", "fd00:7263::2"
-	g.sh(t, "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad; ip -6 addr add "+guestULA+"/64 dev eth0")
-	b, err := exec.Command("ip", "-n", g.ns, "addr", "add", hostULA+"/64", "dev", g.tap, "nodad").CombinedOutput()
+	// Added once per guest, whichever test (or -count) comes first.
+	g.sh(t, "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad; ip -6 addr show dev eth0 | grep -q "+guestULA+" || ip -6 addr add "+guestULA+"/64 dev eth0")
+	b, err := exec.Command("ip", "-n", g.ns, "addr", "replace", hostULA+"/64", "dev", g.tap, "nodad").CombinedOutput()
 	require.NoError(t, err, "%s", b)
 	g.sh(t, "i=0; until ping6 -c 1 -W 1 "+hostULA+" >/dev/null; do i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1; done")
 	host := []string{"rping", "-n", "5", "-s", "64", "--dev-addr=[" + hostULA + "]:4791"}
