@@ -44,16 +44,9 @@ type sendWQE struct {
 // 1,518-1,811 against 1,774-1,994 (3 interleaved runs).
 const lendMin = 2048
 
-// lendable is lend for payloads of at least lendMin bytes.
-func (w *sendWQE) lendable(off, n int) ([]byte, bool) {
-	if n < lendMin {
-		return nil, false
-	}
-	return w.lend(off, n)
-}
-
 // lend returns the message bytes [off, off+n) as registered memory itself
-// when one SGE holds them all, for the packet to carry without a copy.
+// when one SGE holds them all, for the packet to carry without a copy
+// (from lendMin bytes on) or to be copied from in one piece.
 func (w *sendWQE) lend(off, n int) ([]byte, bool) {
 	if w.flags&SendInline != 0 || w.first.mr == nil {
 		return nil, false
