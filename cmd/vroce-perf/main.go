@@ -81,7 +81,11 @@ type config struct {
 }
 
 // perftestTests are the tests --oob perftest speaks for.
-var perftestTests = map[string]bool{"write_bw": true, "read_bw": true, "send_bw": true, "send_lat": true}
+var perftestTests = map[string]bool{"write_bw": true, "read_bw": true, "send_bw": true, "send_lat": true,
+	"read_lat": true, "atomic_lat": true, "atomic_bw": true}
+
+// pfRDMACMTests are those of perftestTests that also speak perftest's -R.
+var pfRDMACMTests = map[string]bool{"write_bw": true, "read_bw": true, "send_bw": true, "send_lat": true}
 
 func (c *config) isLat() bool { return strings.HasSuffix(c.Test, "_lat") }
 
@@ -94,8 +98,8 @@ stream_bw and stream_lat (rsock streams, the net.Conn layer); rping
 (librdmacm's rping over RDMA_CM, against any RoCE peer).
 With --oob, the end of another tool: --oob pingpong with send_lat is
 ibv_rc_pingpong (--conn UD: ibv_ud_pingpong), --oob perftest with
-write_bw, read_bw, send_bw or send_lat is ib_write_bw, ib_read_bw,
-ib_send_bw or ib_send_lat.
+write_bw, read_bw, send_bw, atomic_bw, send_lat, read_lat or atomic_lat
+is perftest's ib_ tool of the same name.
 Without SERVER the command waits for a client; with it, it connects; with
 --loopback both ends run in this process.
 
@@ -193,7 +197,7 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.GoBackN, "go-back-n", false, "do not negotiate selective repeat (behave as rdma_rxe)")
 	fs.StringVar(&c.CPUProf, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write a Go execution trace of the run to this file (go tool trace)")
-	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat), perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_send_lat)")
+	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat), perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat, ib_read_lat, ib_atomic_lat)")
 	fs.StringVar(&c.Conn, "conn", "RC", "--oob: the QP type, RC or UD (UD: ibv_ud_pingpong)")
 	fs.BoolVar(&c.RDMACM, "rdma-cm", false, "--oob perftest: connect and exchange through RDMA_CM, no TCP (perftest's -R)")
 	fs.BoolVar(&c.RDMACM, "R", false, "same as --rdma-cm")
@@ -213,7 +217,7 @@ func (c *config) finish() error {
 			c.Size = 4096 // ibv_rc_pingpong's
 		case c.Test == "rping":
 			c.Size = 64 // rping's
-		case c.Test == "atomic_lat":
+		case c.Test == "atomic_lat" || c.Test == "atomic_bw":
 			c.Size = 8
 		case c.isLat():
 			c.Size = 2
@@ -240,7 +244,11 @@ func (c *config) finish() error {
 	case c.Oob != "" && c.Oob != "pingpong" && c.Oob != "perftest":
 		return fmt.Errorf("--oob %q: pingpong or perftest", c.Oob)
 	case c.Oob == "perftest" && (!perftestTests[c.Test] || c.Loopback):
-		return fmt.Errorf("--oob perftest plays ib_write_bw, ib_read_bw, ib_send_bw and ib_send_lat: write_bw, read_bw, send_bw or send_lat, between two hosts")
+		return fmt.Errorf("--oob perftest plays ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat, ib_read_lat and ib_atomic_lat: write_bw, read_bw, send_bw, atomic_bw, send_lat, read_lat or atomic_lat, between two hosts")
+	case c.Test == "atomic_bw" && c.Oob != "perftest":
+		return fmt.Errorf("atomic_bw goes with --oob perftest (ib_atomic_bw)")
+	case c.Oob == "perftest" && c.RDMACM && !pfRDMACMTests[c.Test]:
+		return fmt.Errorf("--rdma-cm: write_bw, read_bw, send_bw or send_lat")
 	case c.Oob == "pingpong" && (c.Test != "send_lat" || c.Loopback):
 		return fmt.Errorf("--oob pingpong plays ibv_rc_pingpong and ibv_ud_pingpong: send_lat, between two hosts")
 	case c.Test == "rping" && (c.Loopback || c.Oob != "" || c.Size < 16):
@@ -251,8 +259,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("--rdma-cm goes with --oob perftest (rping always uses RDMA_CM)")
 	case c.Conn == "UD" && c.Oob == "":
 		return fmt.Errorf("--conn UD goes with --oob pingpong")
-	case c.Test == "atomic_lat" && c.Size != 8:
-		return fmt.Errorf("atomic_lat moves 8 bytes; -s %d", c.Size)
+	case (c.Test == "atomic_lat" || c.Test == "atomic_bw") && c.Size != 8:
+		return fmt.Errorf("%s moves 8 bytes; -s %d", c.Test, c.Size)
 	case c.Size < 1 || c.Size > 1<<30:
 		return fmt.Errorf("size %d out of range 1-1 GiB", c.Size)
 	case c.Iters < 1:

@@ -120,6 +120,11 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		{"perftest read_bw", config{params: params{Test: "read_bw", Size: 8192, Iters: 50}, Oob: "perftest"}, runPerftest},
 		{"perftest send_bw", config{params: params{Test: "send_bw", Size: 4096, Iters: 700}, Oob: "perftest"}, runPerftest},
 		{"perftest send_lat", config{params: params{Test: "send_lat", Size: 13, Iters: 50}, Oob: "perftest"}, runPerftest},
+		{"perftest read_lat", config{params: params{Test: "read_lat", Size: 64, Iters: 50}, Oob: "perftest"}, runPerftest},
+		// The client checks each fetch brings back one more than the
+		// last; the server that its memory grew by every add, once.
+		{"perftest atomic_bw", config{params: params{Test: "atomic_bw", Iters: 300}, Oob: "perftest"}, runPerftest},
+		{"perftest atomic_lat", config{params: params{Test: "atomic_lat", Iters: 50}, Oob: "perftest"}, runPerftest},
 		{"perftest -R write_bw", config{params: params{Test: "write_bw", Size: 8192, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},
 		{"perftest -R read_bw", config{params: params{Test: "read_bw", Size: 8192, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},
 		{"perftest -R send_lat", config{params: params{Test: "send_lat", Size: 13, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -19,7 +20,9 @@ import (
 )
 
 // --oob perftest: the TCP exchange of perftest's ib_write_bw, ib_read_bw,
-// ib_send_bw and ib_send_lat (perftest_communication.c), so that
+// ib_send_bw, ib_atomic_bw, ib_send_lat, ib_read_lat and ib_atomic_lat
+// (perftest_communication.c; -R for the WRITE, READ and SEND ones but
+// read_lat), so that
 // vroce-perf is either end of them against any RoCE peer:
 //
 //	vroce-perf write_bw --oob perftest -s 8192 -n 50 HOST     # as: ib_write_bw -s 8192 -n 50 HOST
@@ -29,9 +32,10 @@ import (
 // integers (page and cache line sizes); the path MTU's enum as 2 bytes
 // of text; then each end's QP as a 108-byte text record
 // (LID:OUT_READS:QPN:PSN:RKEY:VADDR:GID bytes:SRQN:), three times around
-// the QP's connection; the test; the record again, and five 8-byte
-// report fields (size, iterations, peak and average bandwidth, message
-// rate); the record a last time, and "done\0".
+// the QP's connection (four for ib_read_lat and ib_atomic_lat); the
+// test; for the bandwidth tests, the record again and five 8-byte report
+// fields (size, iterations, peak and average bandwidth, message rate);
+// the record a last time, and "done\0".
 
 // perftestVersion is the version we say we speak: what perftest 4.5
 // says (its packages' 6.06), which it needs to be at least 5.70.
@@ -303,7 +307,8 @@ func runPerftest(cfg *config) error {
 	for i := range buf {
 		buf[i] = byte(i*7 + 1)
 	}
-	mr, err := pd.RegMR(buf, vroce.AccessLocalWrite|vroce.AccessRemoteWrite|vroce.AccessRemoteRead)
+	buf0 := bytes.Clone(buf)
+	mr, err := pd.RegMR(buf, vroce.AccessLocalWrite|vroce.AccessRemoteWrite|vroce.AccessRemoteRead|vroce.AccessRemoteAtomic)
 	if err != nil {
 		return err
 	}
@@ -330,6 +335,12 @@ func runPerftest(cfg *config) error {
 			}
 		}
 	} else {
+		if cfg.Test == "read_lat" || cfg.Test == "atomic_lat" {
+			// Their tools trade the records once more first, as a sync.
+			if _, err := p.keys(&mine); err != nil {
+				return err
+			}
+		}
 		if peer, err = p.keys(&mine); err != nil {
 			return err
 		}
@@ -343,6 +354,7 @@ func runPerftest(cfg *config) error {
 		}
 	}
 	var peak, avg, rate float64
+	var lat *result
 	measure := func() error {
 		start := time.Now()
 		if err := pfRun(cfg, qp, cq, mr, &peer); err != nil {
@@ -383,6 +395,14 @@ func runPerftest(cfg *config) error {
 		if err := measure(); err != nil {
 			return err
 		}
+	} else if cfg.Test == "read_lat" || cfg.Test == "atomic_lat" {
+		// The client reads or adds one operation at a time while the
+		// server waits for it to finish (perftest's run_iter_lat).
+		if p.client {
+			if lat, err = pfLatency(cfg, qp, cq, mr, &peer, mtu); err != nil {
+				return err
+			}
+		}
 	} else {
 		if p.client {
 			if err := measure(); err != nil {
@@ -407,7 +427,9 @@ func runPerftest(cfg *config) error {
 	if cfg.Test == "send_lat" {
 		return nil // the ping-pong reported
 	}
-	if p.client || cfg.Test == "send_bw" {
+	if lat != nil {
+		lat.print(os.Stdout, cfg.JSON)
+	} else if p.client || cfg.Test == "send_bw" {
 		fmt.Printf(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
 		fmt.Printf(" %-10d %-14d %-18.2f %-20.2f %.6f\n", cfg.Size, cfg.Iters, peak, avg, rate)
 	}
@@ -415,6 +437,31 @@ func runPerftest(cfg *config) error {
 	fmt.Printf("peer %v QPN %#x: %d packets sent, %d received, %d retransmitted, %d timeouts\n",
 		netip.AddrFrom16(peer.gid).Unmap(), peer.qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts)
 	printRefusals(os.Stdout, refusals(dev.Stats()))
+	if isAtomicTest(cfg.Test) && !p.client {
+		// Closing the device ends the goroutines that added to buf:
+		// after it, buf holds every addition the client made.
+		dev.Close()
+		return checkAdditions(buf, buf0, cfg.Iters)
+	}
+	return nil
+}
+
+// isAtomicTest says whether test is one of perftest's atomics, which
+// fetch and add 1 at 8-byte words of the server's buffer.
+func isAtomicTest(test string) bool { return test == "atomic_bw" || test == "atomic_lat" }
+
+// checkAdditions verifies, on the server of an atomic test, that the
+// client's iters fetch-and-adds of 1 each landed once: the 8-byte words
+// of buf grew by iters in all from buf0, wherever they landed.
+func checkAdditions(buf, buf0 []byte, iters int) error {
+	var grew uint64
+	for i := 0; i+8 <= len(buf); i += 8 {
+		grew += binary.NativeEndian.Uint64(buf[i:]) - binary.NativeEndian.Uint64(buf0[i:])
+	}
+	if grew != uint64(iters) {
+		return fmt.Errorf("perftest: the client's %d fetch-and-adds of 1 grew this end's memory by %d", iters, grew)
+	}
+	fmt.Printf("%d fetch-and-adds landed, each once\n", iters)
 	return nil
 }
 
@@ -451,7 +498,7 @@ func openPerftestDevice(cfg *config, local netip.Addr) (*vroce.Device, error) {
 func pfConnect(qp *vroce.QP, mine, peer *pfKeys, mtu vroce.MTU) error {
 	dest := netip.AddrPortFrom(netip.AddrFrom16(peer.gid).Unmap(), 4791)
 	err := cm.Connect(qp, mine.psn, cm.Peer{QPN: peer.qpn, PSN: peer.psn, Addr: dest, MTU: mtu, MaxRdAtomic: max(int(peer.outReads), 1)},
-		cm.Params{Access: vroce.AccessRemoteWrite | vroce.AccessRemoteRead, MinRNRTimer: 12, MaxRdAtomic: int(mine.outReads)})
+		cm.Params{Access: vroce.AccessRemoteWrite | vroce.AccessRemoteRead | vroce.AccessRemoteAtomic, MinRNRTimer: 12, MaxRdAtomic: int(mine.outReads)})
 	if err != nil {
 		return fmt.Errorf("perftest: connect to %v: %w", dest, err)
 	}
@@ -483,7 +530,10 @@ func pfRun(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys) 
 		op = vroce.WRRDMARead
 	case "send_bw":
 		op = vroce.WRSend
+	case "atomic_bw":
+		op = vroce.WRAtomicFetchAndAdd
 	}
+	var adds fetchedSequence
 	receiving := cfg.Test == "send_bw" && cfg.Server == ""
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Iters)*time.Second+30*time.Second)
 	defer cancel()
@@ -494,9 +544,12 @@ func pfRun(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys) 
 	}
 	for done < cfg.Iters {
 		for !receiving && posted < cfg.Iters && posted-done < cfg.TxDepth {
-			err := qp.PostSend(vroce.SendWR{ID: uint64(posted), Opcode: op, Flags: vroce.SendSignaled,
-				SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peer.vaddr, RKey: peer.rkey})
-			if err != nil {
+			wr := vroce.SendWR{ID: uint64(posted), Opcode: op, Flags: vroce.SendSignaled,
+				SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peer.vaddr, RKey: peer.rkey}
+			if op == vroce.WRAtomicFetchAndAdd {
+				wr.SGL[0], wr.CompareAdd = adds.slot(mr, posted), 1
+			}
+			if err := qp.PostSend(wr); err != nil {
 				return err
 			}
 			posted++
@@ -512,6 +565,11 @@ func pfRun(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys) 
 			if receiving && int(wc.ByteLen) != cfg.Size {
 				return fmt.Errorf("perftest: receive %d brought %d bytes, want %d", done, wc.ByteLen, cfg.Size)
 			}
+			if op == vroce.WRAtomicFetchAndAdd {
+				if err := adds.check(mr, int(wc.ID)); err != nil {
+					return err
+				}
+			}
 			done++
 			if receiving && posted < cfg.Iters {
 				if err := qp.PostRecv(vroce.RecvWR{ID: uint64(posted), SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}}); err != nil {
@@ -522,4 +580,69 @@ func pfRun(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys) 
 		}
 	}
 	return nil
+}
+
+// fetchedSequence checks a client's fetch-and-adds of 1, all at one
+// word of the peer's: in order, the n-th brings back the first's value
+// plus n. Each operation in flight fetches into its own 8-byte slot of
+// the local buffer.
+type fetchedSequence struct {
+	first uint64
+}
+
+// slot is where operation n fetches into.
+func (f *fetchedSequence) slot(mr *vroce.MR, n int) vroce.SGE {
+	return mr.SGE(8*(n%(mr.Len()/8)), 8)
+}
+
+// check reads what operation n fetched, once it completed.
+func (f *fetchedSequence) check(mr *vroce.MR, n int) error {
+	s := f.slot(mr, n)
+	got := binary.NativeEndian.Uint64(mr.Bytes()[s.Addr-mr.Addr():])
+	if n == 0 {
+		f.first = got
+		return nil
+	}
+	if want := f.first + uint64(n); got != want {
+		return fmt.Errorf("perftest: fetch-and-add %d brought back %#x, want %#x (the first brought %#x)", n, got, want, f.first)
+	}
+	return nil
+}
+
+// pfLatency runs the client of ib_read_lat or ib_atomic_lat: one READ or
+// fetch-and-add at a time to the start of the peer's buffer, each timed
+// from its post to its completion.
+func pfLatency(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys, mtu vroce.MTU) (*result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Iters)*time.Second+30*time.Second)
+	defer cancel()
+	var adds fetchedSequence
+	wcs := make([]vroce.WorkCompletion, 1)
+	samples := make([]time.Duration, 0, cfg.Iters)
+	start := time.Now()
+	for i := range cfg.Iters {
+		wr := vroce.SendWR{ID: uint64(i), Opcode: vroce.WRRDMARead, Flags: vroce.SendSignaled,
+			SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peer.vaddr, RKey: peer.rkey}
+		if cfg.Test == "atomic_lat" {
+			wr.Opcode, wr.SGL[0], wr.CompareAdd = vroce.WRAtomicFetchAndAdd, adds.slot(mr, i), 1
+		}
+		t0 := time.Now()
+		if err := qp.PostSend(wr); err != nil {
+			return nil, err
+		}
+		if _, err := cq.PollWait(ctx, wcs); err != nil {
+			return nil, fmt.Errorf("perftest: %d of %d done: %w (QP %v, %+v)", i, cfg.Iters, err, qp.State(), qp.Stats())
+		}
+		samples = append(samples, time.Since(t0))
+		if wcs[0].Status != vroce.WCSuccess {
+			return nil, fmt.Errorf("perftest: %v %d failed: %v", wcs[0].Opcode, i, wcs[0].Status)
+		}
+		if cfg.Test == "atomic_lat" {
+			if err := adds.check(mr, i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r := &result{Test: cfg.Test, Provider: cfg.Provider, Bytes: cfg.Size, Iterations: cfg.Iters, QPs: 1, MTU: int(mtu), Verified: cfg.Test == "atomic_lat"}
+	r.setLatency(samples, time.Since(start))
+	return r, nil
 }

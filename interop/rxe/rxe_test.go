@@ -326,6 +326,47 @@ func TestPerftestSendLat(t *testing.T) {
 	bothWays(t, needGuest(t), perftest("send_lat", "-n 20 -s 13", false))
 }
 
+// TestPerftestReadLat: ib_read_lat, one 64-byte READ at a time.
+func TestPerftestReadLat(t *testing.T) {
+	e := perftest("read_lat", "-n 20 -s 64", false)
+	e.check = resultReported("64", "20")
+	bothWays(t, needGuest(t), e)
+}
+
+// TestPerftestAtomics: ib_atomic_bw and ib_atomic_lat, FETCH_ADD of 1
+// (perftest's default) at 8-byte words: AtomicETH one way, AtomicAckETH
+// the other, rxe's responder and ours. vroce-perf as client checks that
+// each fetch brought back one more than the one before; as server, that
+// its memory grew by one for each of the client's operations.
+func TestPerftestAtomics(t *testing.T) {
+	g := needGuest(t)
+	for _, test := range []string{"atomic_bw", "atomic_lat"} {
+		t.Run(test, func(t *testing.T) {
+			e := perftest(test, "-n 200", false)
+			e.check = func(t *testing.T, guestServes bool, gout, out string) {
+				resultReported("8", "200")(t, guestServes, gout, out)
+				if !guestServes {
+					assert.Contains(t, out, "200 fetch-and-adds landed, each once")
+				}
+			}
+			bothWays(t, g, e)
+		})
+	}
+}
+
+// resultReported checks the client printed the result line of a run of
+// iters operations of size bytes: perftest's when the guest is the
+// client, vroce-perf's when the host is.
+func resultReported(size, iters string) func(t *testing.T, guestServes bool, gout, out string) {
+	return func(t *testing.T, guestServes bool, gout, out string) {
+		client := gout
+		if guestServes {
+			client = out
+		}
+		assert.Regexp(t, `(?m)^\s*`+size+`\s+`+iters+`\s+[0-9.]+`, client)
+	}
+}
+
 // TestPerftestRDMACM: perftest's -R, no TCP: the exchange as SENDs on a
 // control QP and the test QP, both connected through RDMA_CM (vroce/cm
 // against Linux's CM, twice per run).
