@@ -77,6 +77,7 @@ type config struct {
 	Oob       string
 	Conn      string // RC or UD, as perftest's -c
 	RDMACM    bool   // --oob perftest over RDMA_CM, as perftest's -R
+	SRQ       bool   // --oob pingpong: ibv_srq_pingpong, --qps QPs on one SRQ
 	quietProg bool
 }
 
@@ -97,7 +98,7 @@ atomic_lat; conn_rate (connections per second and memory per idle QP);
 stream_bw and stream_lat (rsock streams, the net.Conn layer); rping
 (librdmacm's rping over RDMA_CM, against any RoCE peer).
 With --oob, the end of another tool: --oob pingpong with send_lat is
-ibv_rc_pingpong (--conn UD: ibv_ud_pingpong), --oob perftest with
+ibv_rc_pingpong (--conn UD: ibv_ud_pingpong; --srq: ibv_srq_pingpong), --oob perftest with
 write_bw, read_bw, send_bw, atomic_bw, send_lat, read_lat or atomic_lat
 is perftest's ib_ tool of the same name.
 Without SERVER the command waits for a client; with it, it connects; with
@@ -141,6 +142,10 @@ func main() {
 	var err error
 	switch cfg.Oob {
 	case "pingpong":
+		if cfg.SRQ {
+			err = runSRQPingpong(cfg)
+			break
+		}
 		err = runPingpong(cfg)
 	case "perftest":
 		err = runPerftest(cfg)
@@ -180,7 +185,7 @@ func defineFlags(c *config) {
 	fs.IntVar(&c.Iters, "n", 0, "iterations (default 5000 for _bw, 1000 for _lat)")
 	fs.IntVar(&c.Iters, "iters", 0, "same as -n")
 	fs.IntVar(&c.MTU, "mtu", 0, "path MTU: "+mtuChoices+" (default: the largest the link carries)")
-	fs.IntVar(&c.QPs, "qps", 1, "queue pairs (bandwidth tests spread iterations across them; conn_rate connects this many)")
+	fs.IntVar(&c.QPs, "qps", 0, "queue pairs (bandwidth tests spread iterations across them; conn_rate connects this many; --srq plays ping-pong on each) (default 1; 16 with --srq, as ibv_srq_pingpong)")
 	fs.StringVar(&c.Mode, "mode", "", "conn_rate and stream tests: how QPs connect: cm (RDMA_CM) or socket (a TCP exchange each); default cm for conn_rate, $RSOCK_MODE then socket for streams")
 	fs.IntVar(&c.Backlog, "backlog", 0, "conn_rate --mode cm: the server's listen backlog and max_backlog (default 1024)")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "conn_rate: connects in flight at once (default min(qps, 4096))")
@@ -199,6 +204,7 @@ func defineFlags(c *config) {
 	fs.StringVar(&c.Trace, "trace", "", "write a Go execution trace of the run to this file (go tool trace)")
 	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat), perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat, ib_read_lat, ib_atomic_lat)")
 	fs.StringVar(&c.Conn, "conn", "RC", "--oob: the QP type, RC or UD (UD: ibv_ud_pingpong)")
+	fs.BoolVar(&c.SRQ, "srq", false, "--oob pingpong: ibv_srq_pingpong, --qps RC QPs receiving from one shared receive queue")
 	fs.BoolVar(&c.RDMACM, "rdma-cm", false, "--oob perftest: connect and exchange through RDMA_CM, no TCP (perftest's -R)")
 	fs.BoolVar(&c.RDMACM, "R", false, "same as --rdma-cm")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
@@ -234,6 +240,12 @@ func (c *config) finish() error {
 			c.Iters = 10
 		}
 	}
+	if c.QPs == 0 {
+		c.QPs = 1
+		if c.SRQ {
+			c.QPs = 16 // ibv_srq_pingpong's
+		}
+	}
 	if c.Port == 0 {
 		c.Port = 18515
 		if c.Test == "rping" {
@@ -259,6 +271,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("--rdma-cm goes with --oob perftest (rping always uses RDMA_CM)")
 	case c.Conn == "UD" && c.Oob == "":
 		return fmt.Errorf("--conn UD goes with --oob pingpong")
+	case c.SRQ && (c.Oob != "pingpong" || c.Conn != "RC" || c.QPs > srqMaxQP):
+		return fmt.Errorf("--srq plays ibv_srq_pingpong: with --oob pingpong, RC, and at most %d QPs", srqMaxQP)
 	case (c.Test == "atomic_lat" || c.Test == "atomic_bw") && c.Size != 8:
 		return fmt.Errorf("%s moves 8 bytes; -s %d", c.Test, c.Size)
 	case c.Size < 1 || c.Size > 1<<30:
@@ -288,7 +302,7 @@ func (c *config) finish() error {
 	case (c.Loss > 0 || c.Reorder > 0 || c.Dup > 0 || c.Delay > 0) && (c.Provider != "sim" || !c.Loopback):
 		return fmt.Errorf("--loss, --reorder, --dup and --delay shape the simulated network: use --provider sim --loopback")
 	}
-	if c.isLat() {
+	if c.isLat() && !c.SRQ {
 		c.QPs = 1
 	}
 	if c.Test == "conn_rate" {

@@ -116,6 +116,8 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 	}{
 		{"rc pingpong", config{params: params{Test: "send_lat", Iters: 20}, Oob: "pingpong"}, runPingpong},
 		{"ud pingpong", config{params: params{Test: "send_lat", Size: 512, Iters: 20}, Oob: "pingpong", Conn: "UD"}, runPingpong},
+		// 16 QPs on one SRQ each end; every receive names its QP.
+		{"srq pingpong", config{params: params{Test: "send_lat", Size: 4096, Iters: 200}, Oob: "pingpong", SRQ: true}, runSRQPingpong},
 		{"perftest write_bw", config{params: params{Test: "write_bw", Size: 8192, Iters: 50}, Oob: "perftest"}, runPerftest},
 		{"perftest read_bw", config{params: params{Test: "read_bw", Size: 8192, Iters: 50}, Oob: "perftest"}, runPerftest},
 		{"perftest send_bw", config{params: params{Test: "send_bw", Size: 4096, Iters: 700}, Oob: "perftest"}, runPerftest},
@@ -132,7 +134,7 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.cfg.QPs, c.cfg.TxDepth = 1, 32 // the flags' defaults
+			c.cfg.TxDepth = 32 // the flag's default
 			srv, cli := c.cfg, c.cfg
 			srv.Port = freePort(t)
 			require.NoError(t, srv.finish())

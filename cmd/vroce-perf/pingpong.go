@@ -130,19 +130,7 @@ type pingpong struct {
 const ppGRH = 40
 
 func runPingpong(cfg *config) error {
-	var c net.Conn
-	var err error
-	if cfg.Server == "" {
-		ln, lerr := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.Port)))
-		if lerr != nil {
-			return lerr
-		}
-		fmt.Fprintf(os.Stderr, "vroce-perf: pingpong server waiting on TCP port %d\n", cfg.Port)
-		c, err = ln.Accept()
-		ln.Close()
-	} else {
-		c, err = net.DialTimeout("tcp", net.JoinHostPort(cfg.Server, strconv.Itoa(cfg.Port)), 30*time.Second)
-	}
+	c, err := pingpongControl(cfg)
 	if err != nil {
 		return err
 	}
@@ -166,6 +154,21 @@ func runPingpong(cfg *config) error {
 	took := time.Since(start)
 	p.report(os.Stdout, took)
 	return nil
+}
+
+// pingpongControl opens the tools' TCP exchange: accepts one connection
+// on the port, or dials the server's.
+func pingpongControl(cfg *config) (net.Conn, error) {
+	if cfg.Server != "" {
+		return net.DialTimeout("tcp", net.JoinHostPort(cfg.Server, strconv.Itoa(cfg.Port)), 30*time.Second)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	fmt.Fprintf(os.Stderr, "vroce-perf: pingpong server waiting on TCP port %d\n", cfg.Port)
+	return ln.Accept()
 }
 
 // advertised is the address the peer sends to: the device's, or, when

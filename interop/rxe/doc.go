@@ -2,9 +2,9 @@
 // build a small guest from Debian's packages (the 6.1 kernel's rdma_rxe,
 // rdma-core's and perftest's tools, busybox; guest/build.sh), boot it once
 // under qemu on a tap in a network namespace of their own, and run
-// ibv_rc_pingpong, ibv_ud_pingpong, ib_write_bw, ib_read_bw, ib_send_bw,
-// ib_send_lat (over TCP and with -R), ib_read_lat, ib_atomic_bw,
-// ib_atomic_lat and rping in the guest against
+// ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong, ib_write_bw,
+// ib_read_bw, ib_send_bw, ib_send_lat (over TCP and with -R),
+// ib_read_lat, ib_atomic_bw, ib_atomic_lat and rping in the guest against
 // vroce-perf on the host, each end as server and as client, over IPv4 and
 // IPv6. They need root and qemu-system-x86, busybox-static, cpio and kmod,
 // and skip elsewhere saying so; CI runs them (make test), and make interop
