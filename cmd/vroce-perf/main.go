@@ -11,9 +11,10 @@
 // control connection (port 18515 by default, as perftest), which the
 // --compare tcp run then reuses. With --oob it speaks another tool's
 // exchange instead, to stand in for one end of rdma-core's
-// ibv_rc_pingpong and ibv_ud_pingpong (pingpong.go) or perftest
-// (perftest.go, perftest_cm.go for -R) against any RoCE peer; rping
-// (rping.go) is librdmacm's rping over RDMA_CM.
+// ibv_rc_pingpong, ibv_ud_pingpong (pingpong.go) and ibv_srq_pingpong
+// (srqpingpong.go) or perftest (perftest.go, perftest_cm.go for -R)
+// against any RoCE peer; rping (rping.go) and udaddy (udaddy.go) are
+// librdmacm's, over RDMA_CM.
 package main
 
 import (
@@ -95,8 +96,8 @@ func usage(w io.Writer) {
 
 TEST is one of send_bw, write_bw, read_bw, send_lat, write_lat, read_lat,
 atomic_lat; conn_rate (connections per second and memory per idle QP);
-stream_bw and stream_lat (rsock streams, the net.Conn layer); rping
-(librdmacm's rping over RDMA_CM, against any RoCE peer).
+stream_bw and stream_lat (rsock streams, the net.Conn layer); rping and
+udaddy (librdmacm's rping and udaddy over RDMA_CM, against any RoCE peer).
 With --oob, the end of another tool: --oob pingpong with send_lat is
 ibv_rc_pingpong (--conn UD: ibv_ud_pingpong; --srq: ibv_srq_pingpong), --oob perftest with
 write_bw, read_bw, send_bw, atomic_bw, send_lat, read_lat or atomic_lat
@@ -154,6 +155,10 @@ func main() {
 			err = runRping(cfg)
 			break
 		}
+		if cfg.Test == "udaddy" {
+			err = runUdaddy(cfg)
+			break
+		}
 		fallthrough
 	default:
 		results, err = run(cfg)
@@ -194,7 +199,7 @@ func defineFlags(c *config) {
 	fs.StringVar(&c.Compare, "compare", "", "run the same workload over another transport too: tcp")
 	fs.BoolVar(&c.JSON, "json", false, "print one JSON object per result")
 	fs.BoolVar(&c.Loopback, "loopback", false, "run server and client in this process")
-	fs.IntVar(&c.Port, "port", 0, "TCP control port (default 18515); rping: the rdma_cm service port (default 7174)")
+	fs.IntVar(&c.Port, "port", 0, "TCP control port (default 18515); rping, udaddy: the rdma_cm service port (default 7174)")
 	fs.Float64Var(&c.Loss, "loss", 0, "sim provider: fraction of packets lost (0.01 is 1%)")
 	fs.Float64Var(&c.Reorder, "reorder", 0, "sim provider: fraction of packets reordered")
 	fs.Float64Var(&c.Dup, "dup", 0, "sim provider: fraction of packets duplicated")
@@ -223,6 +228,8 @@ func (c *config) finish() error {
 			c.Size = 4096 // ibv_rc_pingpong's
 		case c.Test == "rping":
 			c.Size = 64 // rping's
+		case c.Test == "udaddy":
+			c.Size = 100 // udaddy's
 		case c.Test == "atomic_lat" || c.Test == "atomic_bw":
 			c.Size = 8
 		case c.isLat():
@@ -236,8 +243,8 @@ func (c *config) finish() error {
 		if c.isLat() {
 			c.Iters = 1000
 		}
-		if c.Test == "rping" {
-			c.Iters = 10
+		if c.Test == "rping" || c.Test == "udaddy" {
+			c.Iters = 10 // theirs
 		}
 	}
 	if c.QPs == 0 {
@@ -248,8 +255,8 @@ func (c *config) finish() error {
 	}
 	if c.Port == 0 {
 		c.Port = 18515
-		if c.Test == "rping" {
-			c.Port = rpingPort
+		if c.Test == "rping" || c.Test == "udaddy" {
+			c.Port = rpingPort // librdmacm's examples' 7174
 		}
 	}
 	switch {
@@ -265,6 +272,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("--oob pingpong plays ibv_rc_pingpong and ibv_ud_pingpong: send_lat, between two hosts")
 	case c.Test == "rping" && (c.Loopback || c.Oob != "" || c.Size < 16):
 		return fmt.Errorf("rping speaks librdmacm's rping over RDMA_CM, between two hosts, with at least 16 bytes")
+	case c.Test == "udaddy" && (c.Loopback || c.Oob != "" || c.Iters > 4096):
+		return fmt.Errorf("udaddy speaks librdmacm's udaddy over RDMA_CM, between two hosts, at most 4096 datagrams")
 	case c.Conn != "RC" && c.Conn != "UD":
 		return fmt.Errorf("--conn %q: RC or UD", c.Conn)
 	case c.RDMACM && c.Oob != "perftest":

@@ -131,6 +131,7 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		{"perftest -R read_bw", config{params: params{Test: "read_bw", Size: 8192, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},
 		{"perftest -R send_lat", config{params: params{Test: "send_lat", Size: 13, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},
 		{"rping", config{params: params{Test: "rping", Size: 64, Iters: 5}}, runRping},
+		{"udaddy", config{params: params{Test: "udaddy", Size: 100, Iters: 10}}, runUdaddy},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

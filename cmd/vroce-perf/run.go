@@ -185,7 +185,7 @@ var (
 // isTest reports whether name is a test vroce-perf runs.
 func isTest(name string) bool {
 	_, ok := runners[name]
-	return ok || name == "rping" || perftestTests[name]
+	return ok || name == "rping" || name == "udaddy" || perftestTests[name]
 }
 
 // drive is the client: it runs the test cfg names.

@@ -409,6 +409,27 @@ func TestRping(t *testing.T) {
 	})
 }
 
+// TestUdaddy: librdmacm's udaddy in the guest against vroce-perf udaddy:
+// UD over RDMA_CM's UDP port space, each end as server and as client. The
+// client resolves the service to the server's QP with SIDR (vroce/cm
+// against Linux's CM), sends ten 100-byte SEND_WITH_IMMs carrying its
+// QPN, and the server answers with as many of its own.
+func TestUdaddy(t *testing.T) {
+	g := needGuest(t)
+	host := []string{"udaddy", "-n", "10", "-s", "100", devAddr}
+	done := func(t *testing.T, _ bool, gout, out string) {
+		assert.Contains(t, gout, "data transfers complete")
+		assert.Contains(t, gout, "return status 0")
+		assert.Contains(t, out, "udaddy: 10 datagrams of 100 bytes each way")
+	}
+	t.Run("guest serves", func(t *testing.T) {
+		runExchange(t, g, exchange{guest: "udaddy -C 10 -S 100", host: host, port: 0, check: done}, true)
+	})
+	t.Run("guest connects", func(t *testing.T) {
+		runExchange(t, g, exchange{guest: "udaddy -C 10 -S 100 -s", host: host, check: done}, false)
+	})
+}
+
 // TestRpingIPv6: rping over RDMA_CM between unique local IPv6 addresses:
 // rdma_cm's header carries the addresses whole, and the REQ's GIDs are
 // the addresses themselves. (perftest 4.5's -R resolves IPv4 only.)

@@ -27,7 +27,13 @@
 // A Manager also answers IB CM service ID resolution (SIDR) for every
 // service it listens on; Probe and Manager.Probe ask it, which is how a
 // dialer learns whether a vRoCE service is behind host:port before it
-// speaks to a TCP server there.
+// speaks to a TCP server there. In rdma_cm's UDP port space SIDR is the
+// whole exchange: ListenUD names the UD QP that serves a port, and
+// ResolveUD learns it (its QPN and Q_Key, UDPQKey on every rdma_cm QP of
+// that space), as librdmacm's udaddy does.
+//
+//	l, _ := m.ListenUD(7174, udQP)                          // server
+//	peer, err := m.ResolveUD(ctx, serverAddr, 7174)         // client: then send to peer.QPN
 //
 // Both modes negotiate the path MTU (the smaller) and the vRoCE
 // extensions, each when both ends speak it: selective repeat, ACKs that

@@ -63,8 +63,10 @@ const (
 	vFlagPresent    = 0x80 // in mad.vflags only: the sender is vRoCE
 
 	// psTCP is rdma_cm's RDMA_PS_TCP port space: service IDs are
-	// 0x0000000001060000 | port.
+	// 0x0000000001060000 | port. psUDP is RDMA_PS_UDP's, whose services
+	// are UD QPs found by SIDR.
 	psTCP = 0x0106
+	psUDP = 0x0111
 )
 
 // MaxPrivateData is the most private data each message carries for the
@@ -293,20 +295,7 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 		be.PutUint32(d[88:], flowLabel(m.srcPort, uint16(m.serviceID))<<12)
 		d[93] = 64                // hop limit
 		d[95] = m.ackTO & 31 << 3 // local ACK timeout
-		// rdma_cm's header opens the private data.
-		h := d[reqPrivOff:]
-		h[0] = 0
-		h[1] = 6 << 4
-		if m.srcIP.Is4() {
-			h[1] = 4 << 4
-		}
-		be.PutUint16(h[2:], m.srcPort)
-		copy(h[4:20], src[:])
-		copy(h[20:36], dst[:])
-		if m.srcIP.Is4() { // cma_hdr keeps IPv4 in the last word only
-			clear(h[4:16])
-			clear(h[20:32])
-		}
+		m.putCMAHeader(d[reqPrivOff:])
 	case attrREP:
 		be.PutUint32(d[4:], m.remoteID)
 		be.PutUint32(d[12:], m.qpn<<8)
@@ -334,6 +323,11 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 	case attrSIDRReq:
 		be.PutUint16(d[4:], 0xffff)
 		be.PutUint64(d[8:], m.serviceID)
+		if m.serviceID>>16 == psUDP {
+			// rdma_cm finds the listener of a UD service by the
+			// addresses in its header, as for a REQ.
+			m.putCMAHeader(d[sidrReqPrivOff:])
+		}
 	case attrSIDRRep:
 		d[4] = m.status
 		be.PutUint32(d[8:], m.qpn<<8)
@@ -350,6 +344,25 @@ func (m *mad) marshal(b *[vroce.MADSize]byte) {
 			b[markerOff+2] = vVersion<<4 | mtuCode(m.mtu)
 			b[markerOff+3] = m.vflags &^ vFlagPresent
 		}
+	}
+}
+
+// putCMAHeader writes rdma_cm's header (struct cma_hdr), which opens the
+// private data of a REQ and of a UD service's SIDR_REQ: version 0, the IP
+// version, the source port, and the two addresses.
+func (m *mad) putCMAHeader(h []byte) {
+	h[0] = 0
+	h[1] = 6 << 4
+	if m.srcIP.Is4() {
+		h[1] = 4 << 4
+	}
+	binary.BigEndian.PutUint16(h[2:], m.srcPort)
+	src, dst := gid(m.srcIP), gid(m.dstIP)
+	copy(h[4:20], src[:])
+	copy(h[20:36], dst[:])
+	if m.srcIP.Is4() { // cma_hdr keeps IPv4 in the last word only
+		clear(h[4:16])
+		clear(h[20:32])
 	}
 }
 
@@ -449,6 +462,10 @@ func parseMAD(b []byte, m *mad) error {
 			return fmt.Errorf("%w: %v claims %d bytes of private data, room for %d", errMalformed, m.attr, l&^privLenPresent, n)
 		}
 		n = int(l &^ privLenPresent)
+		if m.attr == attrSIDRReq {
+			// A SIDR_REQ has no marker: the length says vRoCE sent it.
+			m.vflags = vFlagPresent
+		}
 	}
 	m.priv = d[off : off+n : off+n]
 	return nil

@@ -135,9 +135,10 @@ type Manager struct {
 	// Passive connections recently ended, by the peer's ID, so that a late
 	// copy of their REQ cannot raise them again (the IBA's TimeWait).
 	timeWait      map[remoteKey]int64
-	timeWaitQueue []timeWaitEntry             // in expiry order
-	probes        map[uint32]chan ProbeResult // Probe calls waiting, by request ID
-	drained       chan struct{}               // closed when the last connection goes, for Drain
+	timeWaitQueue []timeWaitEntry        // in expiry order
+	sidrWaits     map[uint32]sidrWait    // Probe and ResolveUD calls waiting, by request ID
+	udListeners   map[uint64]*UDListener // UD services, by service ID
+	drained       chan struct{}          // closed when the last connection goes, for Drain
 	// probers holds when each host last probed a service that listens
 	// here (ProbedRecently), at most maxProbers hosts.
 	probers     map[netip.Addr]int64
@@ -184,7 +185,7 @@ func New(dev *vroce.Device, cfg Config) (*Manager, error) {
 		dev: dev, cfg: cfg, guid: secrand.Uint64(), epoch: clock.NewEpoch(),
 		wake: make(chan struct{}, 1), done: make(chan struct{}), timers: timerOrder(),
 		ids: map[uint32]*ID{}, remote: map[remoteKey]*ID{}, listeners: map[uint64]*Listener{},
-		timeWait: map[remoteKey]int64{}, probes: map[uint32]chan ProbeResult{}, probers: map[netip.Addr]int64{},
+		timeWait: map[remoteKey]int64{}, sidrWaits: map[uint32]sidrWait{}, udListeners: map[uint64]*UDListener{}, probers: map[netip.Addr]int64{},
 		gsiSet: make(chan struct{}),
 	}
 	gsi, err := dev.OpenGSI(m.receive)

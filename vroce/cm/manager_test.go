@@ -509,7 +509,7 @@ func TestParseMADRoundTrip(t *testing.T) {
 		{attr: attrRTU, localID: 2, remoteID: 4},
 		{attr: attrDREQ, localID: 2, remoteID: 4, qpn: 0x10},
 		{attr: attrDREP, localID: 4, remoteID: 2},
-		{attr: attrSIDRReq, localID: 9, serviceID: serviceID(80)},
+		{attr: attrSIDRReq, localID: 9, serviceID: serviceID(80), vflags: vFlagPresent},
 		{attr: attrSIDRRep, localID: 9, serviceID: serviceID(80), status: sidrUnsupported, qpn: 1, qkey: vroce.GSIQKey, priv: vroceMark[:]},
 	}
 	for _, want := range msgs {
@@ -634,6 +634,11 @@ func FuzzParseMAD(f *testing.F) {
 		(&mad{attr: a, localID: 1, remoteID: 2, qpn: 3, mtu: vroce.MTU1024, vflags: vFlagPresent, priv: []byte("pd")}).marshal(&b)
 		f.Add(b[:])
 	}
+	{ // a UD service's SIDR_REQ, rdma_cm's header in its private data
+		var b [vroce.MADSize]byte
+		(&mad{attr: attrSIDRReq, localID: 1, serviceID: udServiceID(7174), srcIP: netip.MustParseAddr("10.0.0.2"), dstIP: netip.MustParseAddr("10.0.0.1"), srcPort: 7}).marshal(&b)
+		f.Add(b[:])
+	}
 	for _, a := range []attrID{attrREQ, attrREP} { // an extension MTU's code in the marker
 		var b [vroce.MADSize]byte
 		(&mad{attr: a, localID: 1, remoteID: 2, qpn: 3, mtu: vroce.MTU1344, vflags: vFlagPresent}).marshal(&b)
@@ -668,6 +673,9 @@ func FuzzManagerReceive(f *testing.F) {
 			f.Add(how, b[:])
 		}
 	}
+	var ud [vroce.MADSize]byte // b's UD service
+	(&mad{attr: attrSIDRReq, localID: 1, serviceID: udServiceID(1), srcIP: netip.MustParseAddr("127.0.0.1"), dstIP: netip.MustParseAddr("127.0.0.2"), plain: true}).marshal(&ud)
+	f.Add(byte(0), ud[:])
 	f.Fuzz(func(t *testing.T, how byte, b []byte) {
 		fz := fuzzEnds(t)
 		target, other := fz.a, fz.b
@@ -708,6 +716,11 @@ func fuzzEnds(t *testing.T) *fuzzPair {
 	a, b, _ := simEnds(t, sim.Config{}, Config{ResponseTimeout: time.Second})
 	fz := &fuzzPair{a: a, b: b, ids: map[*Manager]*ID{}}
 	fz.l, _ = b.m.Listen(0, 2)
+	if qp, _ := b.udQP(t, 1, 8); qp != nil {
+		if _, err := b.m.ListenUD(1, qp); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx := ctxFor(t, 10*time.Second)
 	acc := make(chan *ID, 1)
 	go func() {

@@ -113,24 +113,53 @@ func (m *Manager) Probe(ctx context.Context, to netip.AddrPort, service uint16) 
 	if service == 0 {
 		service = to.Port()
 	}
-	c := make(chan ProbeResult, 1)
+	a, err := m.askSIDR(ctx, to, &mad{attr: attrSIDRReq, serviceID: serviceID(service)})
+	switch {
+	case errors.Is(err, ErrClosed):
+		return 0, err
+	case err != nil:
+		return ProbeSilent, nil
+	case a.status != sidrValid || !a.vroce:
+		return ProbeNotListening, nil
+	}
+	return ProbeListening, nil
+}
+
+// sidrAnswer is what a SIDR_REP said.
+type sidrAnswer struct {
+	status    uint8
+	qpn, qkey uint32
+	vroce     bool // its private data opens with vRoCE's mark
+}
+
+// sidrWait is a SIDR_REQ waiting for its answer from peer.
+type sidrWait struct {
+	c    chan sidrAnswer // buffered: the asker may have gone
+	peer netip.Addr
+}
+
+// askSIDR sends req, a SIDR_REQ, to to until the answer from that
+// address comes back or ctx ends (ctx's error), backing off as Probe
+// does.
+func (m *Manager) askSIDR(ctx context.Context, to netip.AddrPort, req *mad) (sidrAnswer, error) {
+	c := make(chan sidrAnswer, 1)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return 0, ErrClosed
+		return sidrAnswer{}, ErrClosed
 	}
 	var reqID uint32
-	for reqID == 0 || m.probes[reqID] != nil {
+	for reqID == 0 || m.sidrWaits[reqID].c != nil {
 		reqID = uint32(secrand.Uint64())
 	}
-	m.probes[reqID] = c
+	m.sidrWaits[reqID] = sidrWait{c: c, peer: to.Addr().Unmap()}
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
-		delete(m.probes, reqID)
+		delete(m.sidrWaits, reqID)
 		m.mu.Unlock()
 	}()
-	req := &mad{attr: attrSIDRReq, tid: secrand.Uint64(), localID: reqID, serviceID: serviceID(service)}
+	req.tid, req.localID = secrand.Uint64(), reqID
 	t := time.NewTimer(probeInterval)
 	defer t.Stop()
 	for interval := probeInterval; ; {
@@ -138,12 +167,12 @@ func (m *Manager) Probe(ctx context.Context, to netip.AddrPort, service uint16) 
 		o.send(to, req)
 		o.carryOut(m)
 		select {
-		case r := <-c:
-			return r, nil
+		case a := <-c:
+			return a, nil
 		case <-ctx.Done():
-			return ProbeSilent, nil
+			return sidrAnswer{}, ctx.Err()
 		case <-t.C:
-			interval = min(2*interval, maxProbeInterval) // backs off as Probe does
+			interval = min(2*interval, maxProbeInterval)
 			t.Reset(interval)
 		}
 	}

@@ -48,7 +48,7 @@ func (m *Manager) receive(from netip.AddrPort, b []byte) {
 	case attrSIDRReq:
 		ok = m.onSIDRReq(from, &msg, &o)
 	case attrSIDRRep:
-		ok = m.onSIDRRep(&msg)
+		ok = m.onSIDRRep(from, &msg)
 	}
 	m.mu.Unlock()
 	if !ok {
@@ -272,11 +272,18 @@ func (m *Manager) onDREP(from netip.AddrPort, msg *mad, o *outbox) bool {
 	return true
 }
 
-// onSIDRReq says whether a service listens here, and that this is vRoCE.
+// onSIDRReq says whether a service listens here, and that this is vRoCE;
+// for a UD service, also which QP and Q_Key serve it. The answer goes to
+// where the asker's CM receives: RoCEv2's port unless it is vRoCE's.
 func (m *Manager) onSIDRReq(from netip.AddrPort, msg *mad, o *outbox) bool {
+	from = peerDevice(from, msg)
 	rep := &mad{attr: attrSIDRRep, tid: msg.tid, localID: msg.localID, serviceID: msg.serviceID,
 		status: sidrUnsupported, qpn: vroce.GSIQPN, qkey: vroce.GSIQKey, priv: vroceMark[:]}
-	if m.listeners[msg.serviceID] != nil {
+	if msg.serviceID>>16 == psUDP {
+		if l := m.udListeners[msg.serviceID]; l != nil {
+			rep.status, rep.qpn, rep.qkey = sidrValid, l.qp.QPN(), UDPQKey
+		}
+	} else if m.listeners[msg.serviceID] != nil {
 		rep.status = sidrValid
 		m.noteProberLocked(from.Addr().Unmap())
 	}
@@ -317,17 +324,14 @@ func (m *Manager) ProbedRecently(host netip.Addr) bool {
 	return ok && m.now()-at <= int64(proberMemory)
 }
 
-// onSIDRRep answers a Probe made through this manager.
-func (m *Manager) onSIDRRep(msg *mad) bool {
-	c := m.probes[msg.localID]
-	if c == nil {
+// onSIDRRep answers a Probe or ResolveUD made through this manager.
+func (m *Manager) onSIDRRep(from netip.AddrPort, msg *mad) bool {
+	w := m.sidrWaits[msg.localID]
+	if w.c == nil || from.Addr().Unmap() != w.peer {
 		return false
 	}
-	delete(m.probes, msg.localID)
-	r := ProbeListening
-	if msg.status != sidrValid || len(msg.priv) < 2 || msg.priv[0] != vMagic0 || msg.priv[1] != vMagic1 {
-		r = ProbeNotListening
-	}
-	c <- r // buffered: the prober may have gone
+	delete(m.sidrWaits, msg.localID)
+	w.c <- sidrAnswer{status: msg.status, qpn: msg.qpn, qkey: msg.qkey,
+		vroce: len(msg.priv) >= 2 && msg.priv[0] == vMagic0 && msg.priv[1] == vMagic1}
 	return true
 }

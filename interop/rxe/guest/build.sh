@@ -25,7 +25,7 @@ packages=(
   libibverbs1 ibverbs-providers ibverbs-utils librdmacm1 rdmacm-utils
   perftest libpci3 libibumad3 libnl-3-200 libnl-route-3-200 iproute2
 )
-tools=(ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong rping ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat rdma)
+tools=(ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong rping udaddy ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat rdma)
 modules=(crc32_generic virtio_pci virtio_net rdma_rxe rdma_ucm)
 
 if ldd /bin/busybox >/dev/null 2>&1; then
