@@ -416,6 +416,9 @@ func runPerftest(cfg *config) error {
 			return err
 		}
 	}
+	if ctl != nil {
+		ctl.closing = true
+	}
 	if _, err := p.keys(&mine); err != nil {
 		return err
 	}
