@@ -190,7 +190,7 @@ func defineFlags(c *config) {
 	fs.IntVar(&c.Iters, "n", 0, "iterations (default 5000 for _bw, 1000 for _lat)")
 	fs.IntVar(&c.Iters, "iters", 0, "same as -n")
 	fs.IntVar(&c.MTU, "mtu", 0, "path MTU: "+mtuChoices+" (default: the largest the link carries)")
-	fs.IntVar(&c.QPs, "qps", 0, "queue pairs (bandwidth tests spread iterations across them; conn_rate connects this many; --srq plays ping-pong on each) (default 1; 16 with --srq, as ibv_srq_pingpong)")
+	fs.IntVar(&c.QPs, "qps", 0, "queue pairs (bandwidth tests spread iterations across them; --oob perftest: each moves -n, as perftest's -q; conn_rate connects this many; --srq plays ping-pong on each) (default 1; 16 with --srq, as ibv_srq_pingpong)")
 	fs.StringVar(&c.Mode, "mode", "", "conn_rate and stream tests: how QPs connect: cm (RDMA_CM) or socket (a TCP exchange each); default cm for conn_rate, $RSOCK_MODE then socket for streams")
 	fs.IntVar(&c.Backlog, "backlog", 0, "conn_rate --mode cm: the server's listen backlog and max_backlog (default 1024)")
 	fs.IntVar(&c.Concurrency, "concurrency", 0, "conn_rate: connects in flight at once (default min(qps, 4096))")
@@ -266,8 +266,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("--oob perftest plays ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat, ib_read_lat and ib_atomic_lat: write_bw, read_bw, send_bw, atomic_bw, send_lat, read_lat or atomic_lat, between two hosts")
 	case c.Test == "atomic_bw" && c.Oob != "perftest":
 		return fmt.Errorf("atomic_bw goes with --oob perftest (ib_atomic_bw)")
-	case c.Oob == "perftest" && c.RDMACM && !pfRDMACMTests[c.Test]:
-		return fmt.Errorf("--rdma-cm: write_bw, read_bw, send_bw or send_lat")
+	case c.Oob == "perftest" && c.RDMACM && (!pfRDMACMTests[c.Test] || c.QPs > 1):
+		return fmt.Errorf("--rdma-cm: write_bw, read_bw, send_bw or send_lat, with one QP")
 	case c.Oob == "pingpong" && (c.Test != "send_lat" || c.Loopback):
 		return fmt.Errorf("--oob pingpong plays ibv_rc_pingpong and ibv_ud_pingpong: send_lat, between two hosts")
 	case c.Test == "rping" && (c.Loopback || c.Oob != "" || c.Size < 16):

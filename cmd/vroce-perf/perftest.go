@@ -296,8 +296,8 @@ func runPerftest(cfg *config) error {
 	if err != nil {
 		return err
 	}
-	depth := cfg.TxDepth
-	cq, err := dev.CreateCQ(2*depth + pfRecvs + 8)
+	depth, nqp := cfg.TxDepth, cfg.QPs
+	cq, err := dev.CreateCQ(nqp*(2*depth+pfRecvs) + 8)
 	if err != nil {
 		return err
 	}
@@ -312,57 +312,74 @@ func runPerftest(cfg *config) error {
 	if err != nil {
 		return err
 	}
-	qp, err := pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq,
-		Cap: vroce.QPCap{MaxSendWR: depth, MaxRecvWR: pfRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		return err
-	}
+	// Every QP of ours offers the same memory: perftest's peer writes,
+	// reads and adds there from each.
 	outReads := min(16, dev.Attr().MaxQPRdAtom)
-	mine := pfKeys{outReads: uint16(outReads), qpn: qp.QPN(), psn: randomPSN(),
-		rkey: mr.RKey(), vaddr: mr.Addr(), gid: local.As16()}
-	var peer pfKeys
+	qps, mines, peers := make([]*vroce.QP, nqp), make([]pfKeys, nqp), make([]pfKeys, nqp)
+	for i := range qps {
+		if qps[i], err = pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq,
+			Cap: vroce.QPCap{MaxSendWR: depth, MaxRecvWR: pfRecvs, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			return err
+		}
+		mines[i] = pfKeys{outReads: uint16(outReads), qpn: qps[i].QPN(), psn: randomPSN(),
+			rkey: mr.RKey(), vaddr: mr.Addr(), gid: local.As16()}
+	}
+	qp, mine := qps[0], &mines[0] // the one QP of the latency tests, and the syncs' record
 	if cfg.RDMACM {
 		// A sync, the test QP's connection through RDMA_CM, a sync.
-		if _, err := p.keys(&mine); err != nil {
+		if _, err := p.keys(mine); err != nil {
 			return err
 		}
 		if err := ctl.connectTest(qp, outReads); err != nil {
 			return err
 		}
 		for range 2 {
-			if peer, err = p.keys(&mine); err != nil {
+			if peers[0], err = p.keys(mine); err != nil {
 				return err
 			}
+		}
+		if _, err := p.keys(mine); err != nil {
+			return err
 		}
 	} else {
 		if cfg.Test == "read_lat" || cfg.Test == "atomic_lat" {
 			// Their tools trade the records once more first, as a sync.
-			if _, err := p.keys(&mine); err != nil {
+			if _, err := p.keys(mine); err != nil {
 				return err
 			}
 		}
-		if peer, err = p.keys(&mine); err != nil {
-			return err
+		// Each QP's record, the connections, each record again.
+		for i := range qps {
+			if peers[i], err = p.keys(&mines[i]); err != nil {
+				return err
+			}
 		}
-		if err := pfConnect(qp, &mine, &peer, mtu); err != nil {
-			return err
+		for i := range qps {
+			if err := pfConnect(qps[i], &mines[i], &peers[i], mtu); err != nil {
+				return err
+			}
+		}
+		for i := range qps {
+			if _, err := p.keys(&mines[i]); err != nil {
+				return err
+			}
 		}
 	}
-	for range 2 { // after the connection, and after RTR
-		if _, err := p.keys(&mine); err != nil {
-			return err
-		}
+	if _, err := p.keys(mine); err != nil { // after RTR
+		return err
 	}
+	peer := peers[0]
 	var peak, avg, rate float64
 	var lat *result
 	measure := func() error {
 		start := time.Now()
-		if err := pfRun(cfg, qp, cq, mr, &peer); err != nil {
+		if err := pfRun(cfg, qps, cq, mr, peers); err != nil {
 			return err
 		}
 		secs := time.Since(start).Seconds()
-		avg = float64(cfg.Size) * float64(cfg.Iters) / secs / (1 << 20)
-		peak, rate = avg, float64(cfg.Iters)/secs/1e6
+		msgs := float64(cfg.Iters) * float64(nqp)
+		avg = float64(cfg.Size) * msgs / secs / (1 << 20)
+		peak, rate = avg, msgs/secs/1e6
 		return nil
 	}
 	if cfg.Test == "send_lat" {
@@ -372,7 +389,7 @@ func runPerftest(cfg *config) error {
 		if err := pp.postRecv(0); err != nil {
 			return err
 		}
-		if _, err := p.keys(&mine); err != nil {
+		if _, err := p.keys(mine); err != nil {
 			return err
 		}
 		start := time.Now()
@@ -385,11 +402,13 @@ func runPerftest(cfg *config) error {
 		// The server posts its receives, both ends sync, the client
 		// sends and the server receives; no reports are traded.
 		if !p.client {
-			if err := pfPostRecvs(qp, mr, cfg); err != nil {
-				return err
+			for _, qp := range qps {
+				if err := pfPostRecvs(qp, mr, cfg); err != nil {
+					return err
+				}
 			}
 		}
-		if _, err := p.keys(&mine); err != nil {
+		if _, err := p.keys(mine); err != nil {
 			return err
 		}
 		if err := measure(); err != nil {
@@ -409,17 +428,17 @@ func runPerftest(cfg *config) error {
 				return err
 			}
 		}
-		if _, err := p.keys(&mine); err != nil { // the client is done
+		if _, err := p.keys(mine); err != nil { // the client is done
 			return err
 		}
-		if err := p.reports(cfg.Size, cfg.Iters, peak, avg, rate); err != nil {
+		if err := p.reports(cfg.Size, cfg.Iters*nqp, peak, avg, rate); err != nil {
 			return err
 		}
 	}
 	if ctl != nil {
 		ctl.closing = true
 	}
-	if _, err := p.keys(&mine); err != nil {
+	if _, err := p.keys(mine); err != nil {
 		return err
 	}
 	if !p.cm {
@@ -434,17 +453,19 @@ func runPerftest(cfg *config) error {
 		lat.print(os.Stdout, cfg.JSON)
 	} else if p.client || cfg.Test == "send_bw" {
 		fmt.Printf(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
-		fmt.Printf(" %-10d %-14d %-18.2f %-20.2f %.6f\n", cfg.Size, cfg.Iters, peak, avg, rate)
+		fmt.Printf(" %-10d %-14d %-18.2f %-20.2f %.6f\n", cfg.Size, cfg.Iters*nqp, peak, avg, rate)
 	}
-	s := qp.Stats()
-	fmt.Printf("peer %v QPN %#x: %d packets sent, %d received, %d retransmitted, %d timeouts\n",
-		netip.AddrFrom16(peer.gid).Unmap(), peer.qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts)
+	for i, qp := range qps {
+		s := qp.Stats()
+		fmt.Printf("peer %v QPN %#x: %d packets sent, %d received, %d retransmitted, %d timeouts\n",
+			netip.AddrFrom16(peers[i].gid).Unmap(), peers[i].qpn, s.TxPackets, s.RxPackets, s.Retransmits, s.Timeouts)
+	}
 	printRefusals(os.Stdout, refusals(dev.Stats()))
 	if isAtomicTest(cfg.Test) && !p.client {
 		// Closing the device ends the goroutines that added to buf:
 		// after it, buf holds every addition the client made.
 		dev.Close()
-		return checkAdditions(buf, buf0, cfg.Iters)
+		return checkAdditions(buf, buf0, cfg.Iters*nqp)
 	}
 	return nil
 }
@@ -523,10 +544,11 @@ func pfPostRecvs(qp *vroce.QP, mr *vroce.MR, cfg *config) error {
 	return nil
 }
 
-// pfRun moves the test's messages: the client's WRITEs, READs or SENDs,
-// tx-depth at a time, all to the start of the peer's buffer; a send_bw
-// server's receives, posted again as they complete while more are due.
-func pfRun(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys) error {
+// pfRun moves the test's messages: on each QP, the client's -n WRITEs,
+// READs, SENDs or fetch-and-adds, tx-depth at a time, all to the start
+// of the peer's buffer that QP was given; a send_bw server's receives,
+// posted again as they complete while more are due.
+func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfKeys) error {
 	op := vroce.WRRDMAWrite
 	switch cfg.Test {
 	case "read_bw":
@@ -536,49 +558,67 @@ func pfRun(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKeys) 
 	case "atomic_bw":
 		op = vroce.WRAtomicFetchAndAdd
 	}
-	var adds fetchedSequence
-	receiving := cfg.Test == "send_bw" && cfg.Server == ""
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Iters)*time.Second+30*time.Second)
-	defer cancel()
-	wcs := make([]vroce.WorkCompletion, 64)
-	posted, done := 0, 0
-	if receiving {
-		posted = min(cfg.Iters, pfRecvs)
+	// With one QP the fetches come back in order from one word; with
+	// more, the QPs' adds interleave there (the server checks the sum).
+	var adds *fetchedSequence
+	if op == vroce.WRAtomicFetchAndAdd && len(qps) == 1 {
+		adds = &fetchedSequence{}
 	}
-	for done < cfg.Iters {
-		for !receiving && posted < cfg.Iters && posted-done < cfg.TxDepth {
-			wr := vroce.SendWR{ID: uint64(posted), Opcode: op, Flags: vroce.SendSignaled,
-				SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peer.vaddr, RKey: peer.rkey}
-			if op == vroce.WRAtomicFetchAndAdd {
-				wr.SGL[0], wr.CompareAdd = adds.slot(mr, posted), 1
+	receiving := cfg.Test == "send_bw" && cfg.Server == ""
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Iters*len(qps))*time.Second+30*time.Second)
+	defer cancel()
+	index := make(map[uint32]int, len(qps))
+	posted, done := make([]int, len(qps)), make([]int, len(qps))
+	for i, qp := range qps {
+		index[qp.QPN()] = i
+		if receiving {
+			posted[i] = min(cfg.Iters, pfRecvs)
+		}
+	}
+	wcs := make([]vroce.WorkCompletion, 64)
+	for left := cfg.Iters * len(qps); left > 0; {
+		for i, qp := range qps {
+			for !receiving && posted[i] < cfg.Iters && posted[i]-done[i] < cfg.TxDepth {
+				wr := vroce.SendWR{ID: uint64(posted[i]), Opcode: op, Flags: vroce.SendSignaled,
+					SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peers[i].vaddr, RKey: peers[i].rkey}
+				if op == vroce.WRAtomicFetchAndAdd {
+					wr.CompareAdd = 1
+					if adds != nil {
+						wr.SGL[0] = adds.slot(mr, posted[i])
+					}
+				}
+				if err := qp.PostSend(wr); err != nil {
+					return err
+				}
+				posted[i]++
 			}
-			if err := qp.PostSend(wr); err != nil {
-				return err
-			}
-			posted++
 		}
 		n, err := cq.PollWait(ctx, wcs)
 		if err != nil {
-			return fmt.Errorf("perftest: %d of %d done: %w (QP %v, %+v)", done, cfg.Iters, err, qp.State(), qp.Stats())
+			return fmt.Errorf("perftest: %d of %d done: %w (QP %v, %+v)", cfg.Iters*len(qps)-left, cfg.Iters*len(qps), err, qps[0].State(), qps[0].Stats())
 		}
 		for _, wc := range wcs[:n] {
-			if wc.Status != vroce.WCSuccess {
-				return fmt.Errorf("perftest: %v %d failed: %v", wc.Opcode, wc.ID, wc.Status)
+			i, ok := index[wc.QPN]
+			switch {
+			case !ok:
+				return fmt.Errorf("perftest: a completion names QPN %#x, none of ours", wc.QPN)
+			case wc.Status != vroce.WCSuccess:
+				return fmt.Errorf("perftest: %v %d on QP %d failed: %v", wc.Opcode, wc.ID, i, wc.Status)
+			case receiving && int(wc.ByteLen) != cfg.Size:
+				return fmt.Errorf("perftest: receive %d on QP %d brought %d bytes, want %d", done[i], i, wc.ByteLen, cfg.Size)
 			}
-			if receiving && int(wc.ByteLen) != cfg.Size {
-				return fmt.Errorf("perftest: receive %d brought %d bytes, want %d", done, wc.ByteLen, cfg.Size)
-			}
-			if op == vroce.WRAtomicFetchAndAdd {
+			if adds != nil {
 				if err := adds.check(mr, int(wc.ID)); err != nil {
 					return err
 				}
 			}
-			done++
-			if receiving && posted < cfg.Iters {
-				if err := qp.PostRecv(vroce.RecvWR{ID: uint64(posted), SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}}); err != nil {
+			done[i]++
+			left--
+			if receiving && posted[i] < cfg.Iters {
+				if err := qps[i].PostRecv(vroce.RecvWR{ID: uint64(posted[i]), SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}}); err != nil {
 					return err
 				}
-				posted++
+				posted[i]++
 			}
 		}
 	}

@@ -336,6 +336,34 @@ func TestPerftest(t *testing.T) {
 	}
 }
 
+// TestPerftestQPs: perftest's -q, several QPs between the two ends:
+// each QP's record in turn, then every QP moves -n messages at once (the
+// client reports them all: -n times -q).
+func TestPerftestQPs(t *testing.T) {
+	g := needGuest(t)
+	for _, c := range []struct{ test, qps, iters, size, total string }{
+		{"write_bw", "4", "50", "8192", "200"},
+		{"send_bw", "3", "50", "4096", "150"},
+		{"atomic_bw", "2", "100", "8", "200"},
+	} {
+		t.Run(c.test, func(t *testing.T) {
+			e := perftest(c.test, "-n "+c.iters+" -s "+c.size, false)
+			e.guest += " -q " + c.qps
+			e.host = append(e.host[:len(e.host)-1], "--qps", c.qps, e.host[len(e.host)-1])
+			e.check = resultReported(c.size, c.total)
+			if c.test == "atomic_bw" {
+				e.check = func(t *testing.T, guestServes bool, gout, out string) {
+					resultReported("8", "200")(t, guestServes, gout, out)
+					if !guestServes {
+						assert.Contains(t, out, "200 fetch-and-adds landed, each once")
+					}
+				}
+			}
+			bothWays(t, g, e)
+		})
+	}
+}
+
 // TestPerftestSendLat: ib_send_lat's ping-pong of padded 13-byte SENDs.
 func TestPerftestSendLat(t *testing.T) {
 	bothWays(t, needGuest(t), perftest("send_lat", "-n 20 -s 13", false))
