@@ -303,7 +303,11 @@ func runPerftest(cfg *config) error {
 	}
 	// The peer's writes and reads cycle through twice a page or message
 	// of ours, as perftest's own buffers do.
-	buf := make([]byte, 2*max(cfg.Size, pfPageSize))
+	bufSize := max(cfg.Size, pfPageSize)
+	if cfg.AllSizes {
+		bufSize = pfLargestAll
+	}
+	buf := make([]byte, 2*bufSize)
 	for i := range buf {
 		buf[i] = byte(i*7 + 1)
 	}
@@ -371,15 +375,34 @@ func runPerftest(cfg *config) error {
 	peer := peers[0]
 	var peak, avg, rate float64
 	var lat *result
-	measure := func() error {
+	// measure runs the test at one message size; with --all, at every
+	// size from 2 B to 8 MiB in turn, no sync between them, printing a
+	// line for each (the report the server gets is the last size's).
+	size := cfg.Size
+	measureAt := func(n int) error {
+		sized := *cfg
+		sized.Size = n
 		start := time.Now()
-		if err := pfRun(cfg, qps, cq, mr, peers); err != nil {
+		if err := pfRun(&sized, qps, cq, mr, peers); err != nil {
 			return err
 		}
 		secs := time.Since(start).Seconds()
 		msgs := float64(cfg.Iters) * float64(nqp)
-		avg = float64(cfg.Size) * msgs / secs / (1 << 20)
+		size, avg = n, float64(n)*msgs/secs/(1<<20)
 		peak, rate = avg, msgs/secs/1e6
+		return nil
+	}
+	measure := func() error {
+		if !cfg.AllSizes {
+			return measureAt(cfg.Size)
+		}
+		printBWHeader()
+		for n := 2; n <= pfLargestAll; n *= 2 {
+			if err := measureAt(n); err != nil {
+				return err
+			}
+			printBWLine(n, cfg.Iters*nqp, peak, avg, rate)
+		}
 		return nil
 	}
 	if cfg.Test == "send_lat" {
@@ -431,7 +454,7 @@ func runPerftest(cfg *config) error {
 		if _, err := p.keys(mine); err != nil { // the client is done
 			return err
 		}
-		if err := p.reports(cfg.Size, cfg.Iters*nqp, peak, avg, rate); err != nil {
+		if err := p.reports(size, cfg.Iters*nqp, peak, avg, rate); err != nil {
 			return err
 		}
 	}
@@ -451,9 +474,9 @@ func runPerftest(cfg *config) error {
 	}
 	if lat != nil {
 		lat.print(os.Stdout, cfg.JSON)
-	} else if p.client || cfg.Test == "send_bw" {
-		fmt.Printf(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
-		fmt.Printf(" %-10d %-14d %-18.2f %-20.2f %.6f\n", cfg.Size, cfg.Iters*nqp, peak, avg, rate)
+	} else if (p.client || cfg.Test == "send_bw") && !cfg.AllSizes {
+		printBWHeader()
+		printBWLine(cfg.Size, cfg.Iters*nqp, peak, avg, rate)
 	}
 	for i, qp := range qps {
 		s := qp.Stats()
@@ -527,6 +550,18 @@ func pfConnect(qp *vroce.QP, mine, peer *pfKeys, mtu vroce.MTU) error {
 		return fmt.Errorf("perftest: connect to %v: %w", dest, err)
 	}
 	return nil
+}
+
+// pfLargestAll is the largest size perftest's -a runs (1 << 23).
+const pfLargestAll = 8 << 20
+
+// printBWHeader and printBWLine print perftest's result lines.
+func printBWHeader() {
+	fmt.Printf(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
+}
+
+func printBWLine(size, iters int, peak, avg, rate float64) {
+	fmt.Printf(" %-10d %-14d %-18.2f %-20.2f %.6f\n", size, iters, peak, avg, rate)
 }
 
 // pfRecvs is how many receives a send_bw server keeps posted (perftest's

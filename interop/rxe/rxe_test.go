@@ -364,6 +364,24 @@ func TestPerftestQPs(t *testing.T) {
 	}
 }
 
+// TestPerftestAllSizes: perftest's -a, every size from 2 bytes to 8 MiB
+// with no sync between them: the client prints a line for each size, and
+// the largest crosses as 8,192 packets of the 1024-byte MTU.
+func TestPerftestAllSizes(t *testing.T) {
+	g := needGuest(t)
+	for _, test := range []string{"write_bw", "read_bw"} {
+		t.Run(test, func(t *testing.T) {
+			e := perftest(test, "-a -n 5", false)
+			e.check = func(t *testing.T, guestServes bool, gout, out string) {
+				for _, size := range []string{"2", "1024", "8388608"} {
+					resultReported(size, "5")(t, guestServes, gout, out)
+				}
+			}
+			bothWays(t, g, e)
+		})
+	}
+}
+
 // TestPerftestSendLat: ib_send_lat's ping-pong of padded 13-byte SENDs.
 func TestPerftestSendLat(t *testing.T) {
 	bothWays(t, needGuest(t), perftest("send_lat", "-n 20 -s 13", false))
