@@ -223,10 +223,11 @@ func TestOutOfOrderRequestsHoldWhatArrived(t *testing.T) {
 // writes to it (taken under the QP's lock).
 func verbsSync(qp *vroce.QP) { _ = qp.State() }
 
-// TestReplayedReadIsBounded: a READ of 1 MiB draws its 1,024 responses
+// TestReplayedReadIsBounded: a READ of 4 MiB draws its 4,096 responses
 // (the positive control); the same request replayed, a duplicate, draws
-// at most 64 (a re-request's chunk), and a flood of replays no more than
-// the QP's budget, the rest counted. It was 8 MiB for one 44-byte replay.
+// at most 1,024 (what rxe may ask for again at once), and a flood of
+// replays no more than the QP's budget, the rest counted. It was 32 MiB
+// for one 44-byte replay.
 func TestReplayedReadIsBounded(t *testing.T) {
 	network := sim.NewNetwork(sim.Config{})
 	t.Cleanup(network.Close)
@@ -234,10 +235,12 @@ func TestReplayedReadIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { peer.Close() })
 	r := &rxeLike{t: t, network: network}
-	qp, mr := srQPTo(t, network, fakeDevice, vroce.MTU1024)
+	const packets = 4096
+	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: fakeDevice, MTU: vroce.MTU1024, SelectiveRepeat: true},
+		vroce.AccessRemoteWrite|vroce.AccessRemoteRead, packets*1024+4096)
 	read := func() *wire.Packet {
 		return &wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadRequest, PSN: 500, AckReq: true},
-			RETH: wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: 1 << 20}}
+			RETH: wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: packets * 1024}}
 	}
 	responses := func(want int) (n int, last wire.Opcode) {
 		pkts := make([]vroce.Packet, 32)
@@ -256,8 +259,8 @@ func TestReplayedReadIsBounded(t *testing.T) {
 		return n, last
 	}
 	r.send(fakeSource, qp, 0, read())
-	n, last := responses(1024)
-	require.Equal(t, 1024, n)
+	n, last := responses(packets)
+	require.Equal(t, packets, n)
 	assert.Equal(t, wire.RCReadResponseLast, last)
 
 	start := time.Now()
@@ -267,7 +270,7 @@ func TestReplayedReadIsBounded(t *testing.T) {
 		r.send(fakeSource, qp, 0, read())
 	}
 	// A control the flood must not starve: a WRITE, which is ACKed.
-	w := writeOnly(mr, 500+1024, 0, []byte("after the replays"))
+	w := writeOnly(mr, 500+packets, 0, []byte("after the replays"))
 	w.BTH.AckReq = true
 	r.send(fakeSource, qp, 0, w)
 	var ack wire.Packet
@@ -282,11 +285,11 @@ func TestReplayedReadIsBounded(t *testing.T) {
 		}
 	}
 	s := qp.Stats()
-	// The budget: a burst of 256, refilled at 100,000 a second while the
-	// replays came.
-	budget := 256 + int(time.Since(start).Seconds()*100_000) + 1
+	// The budget: a burst of 1,024, refilled at 100,000 a second while
+	// the replays came.
+	budget := 1024 + int(time.Since(start).Seconds()*100_000) + 1
 	assert.LessOrEqual(t, sent, budget, "responses drawn by %d replays in %v", replays+1, time.Since(start))
-	assert.GreaterOrEqual(t, sent, 64, "the first replay restarts the READ")
-	assert.Equal(t, uint64((replays+1)*1024-sent), s.DupReadLimited)
-	assert.Equal(t, uint32(500+1024), ack.BTH.PSN)
+	assert.GreaterOrEqual(t, sent, 1024, "the first replay restarts the READ")
+	assert.Equal(t, uint64((replays+1)*packets-sent), s.DupReadLimited)
+	assert.Equal(t, uint32(500+packets), ack.BTH.PSN)
 }

@@ -427,15 +427,20 @@ func (r *responder) onDuplicate(qp *QP, p *wire.Packet, rb *rxBatch) {
 // A duplicate READ is read again (memory reads are idempotent), but it
 // costs us its whole length in responses for a few dozen bytes of
 // request: replayed, one 44-byte request drew 8 MiB. So a duplicate is
-// answered from its PSN for at most dupReadMax packets (what a vRoCE
-// requester asks for at once when it re-requests: readChunk; rxe asks for
-// the rest of its READ and asks again for what is still missing), and
-// the packets all duplicates of a QP draw are metered by a token bucket
-// of dupReadBurst packets, refilled at dupReadRate a second: loss
-// recovery at 1-5% stays well inside it, a replay flood does not.
+// answered from its PSN for at most dupReadMax packets, and the packets
+// all duplicates of a QP draw are metered by a token bucket of
+// dupReadBurst packets, refilled at dupReadRate a second: loss recovery
+// at 1-5% stays well inside it, a replay flood does not.
+//
+// A vRoCE requester re-requests readChunk packets at a time; rxe asks
+// for the whole rest of its READ, and once the answer stops short it
+// waits for its retransmission timer (67 ms at perftest's timeout 14)
+// before asking for more. So the cap is what one request of rxe's may
+// want answered in one go: with a cap of 64, a 1 MiB READ from rxe whose
+// first answer met losses crawled at 1 MB/s, 64 packets a timer.
 const (
-	dupReadMax   = readChunk
-	dupReadBurst = 4 * readChunk
+	dupReadMax   = 1024
+	dupReadBurst = 1024
 	dupReadRate  = 100_000 // packets a second
 )
 
