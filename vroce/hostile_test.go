@@ -229,7 +229,8 @@ func verbsSync(qp *vroce.QP) { _ = qp.State() }
 // replays no more than the QP's budget, the rest counted. It was 32 MiB
 // for one 44-byte replay.
 func TestReplayedReadIsBounded(t *testing.T) {
-	network := sim.NewNetwork(sim.Config{})
+	// Room for everything the replays may draw, counted as it comes.
+	network := sim.NewNetwork(sim.Config{RecvQueue: 1 << 17})
 	t.Cleanup(network.Close)
 	peer, err := network.Attach(fakeDevice)
 	require.NoError(t, err)
@@ -263,6 +264,32 @@ func TestReplayedReadIsBounded(t *testing.T) {
 	require.Equal(t, packets, n)
 	assert.Equal(t, wire.RCReadResponseLast, last)
 
+	// The responses are counted as they come, so that however many the
+	// replays draw, none is lost to the peer's full receive queue.
+	type counted struct {
+		sent int
+		ack  wire.Packet
+		err  error
+	}
+	done := make(chan counted, 1)
+	go func() {
+		var c counted
+		pkts := make([]vroce.Packet, 64)
+		for i := range pkts {
+			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		for c.err == nil && c.ack.BTH.Opcode != wire.RCAcknowledge {
+			var k int
+			k, c.err = peer.Recv(pkts)
+			for _, pk := range pkts[:k] {
+				if c.err = wire.Parse(&c.ack, pk.Data); c.err != nil || c.ack.BTH.Opcode == wire.RCAcknowledge {
+					break
+				}
+				c.sent++
+			}
+		}
+		done <- c
+	}()
 	start := time.Now()
 	r.send(fakeSource, qp, 0, read()) // one replay
 	const replays = 50
@@ -273,17 +300,15 @@ func TestReplayedReadIsBounded(t *testing.T) {
 	w := writeOnly(mr, 500+packets, 0, []byte("after the replays"))
 	w.BTH.AckReq = true
 	r.send(fakeSource, qp, 0, w)
-	var ack wire.Packet
-	sent := 0
-	for ack.BTH.Opcode != wire.RCAcknowledge {
-		pkts := []vroce.Packet{{Data: make([]byte, vroce.MaxPacketSize)}}
-		_, err := peer.Recv(pkts)
-		require.NoError(t, err)
-		require.NoError(t, wire.Parse(&ack, pkts[0].Data))
-		if ack.BTH.Opcode != wire.RCAcknowledge {
-			sent++
-		}
+	var c counted
+	select {
+	case c = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no ACK for the WRITE after the replays: %d packets dropped by the peer's queue, %+v", peer.Dropped(), qp.Stats())
 	}
+	require.NoError(t, c.err)
+	require.Zero(t, peer.Dropped(), "responses the peer's receive queue dropped")
+	sent, ack := c.sent, c.ack
 	s := qp.Stats()
 	// The budget: a burst of 1,024, refilled at 100,000 a second while
 	// the replays came.
