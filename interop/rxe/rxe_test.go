@@ -382,6 +382,23 @@ func TestPerftestAllSizes(t *testing.T) {
 	}
 }
 
+// TestPerftestDuration: a perftest client run by time (-D) against a
+// vroce-perf server, which is passive in write_bw and read_bw and needs
+// no count (vroce-perf's own client runs by count only).
+func TestPerftestDuration(t *testing.T) {
+	g := needGuest(t)
+	for _, test := range []string{"write_bw", "read_bw"} {
+		t.Run(test, func(t *testing.T) {
+			e := perftest(test, "-s 8192", false)
+			e.guest = "ib_" + test + " -D 2 -s 8192 -x 1"
+			e.check = func(t *testing.T, _ bool, gout, _ string) {
+				assert.Regexp(t, `(?m)^\s*8192\s+[0-9]+\s+[0-9.]+`, gout)
+			}
+			runExchange(t, g, e, false)
+		})
+	}
+}
+
 // TestPerftestSendLat: ib_send_lat's ping-pong of padded 13-byte SENDs.
 func TestPerftestSendLat(t *testing.T) {
 	bothWays(t, needGuest(t), perftest("send_lat", "-n 20 -s 13", false))
