@@ -260,7 +260,7 @@ func runPerftest(cfg *config) error {
 	var local netip.Addr
 	var err error
 	if cfg.RDMACM {
-		if dev, err = openPerftestDevice(cfg, netip.Addr{}); err != nil {
+		if dev, err = openOOBDevice(cfg, netip.Addr{}); err != nil {
 			return err
 		}
 		defer dev.Close()
@@ -270,21 +270,19 @@ func runPerftest(cfg *config) error {
 		defer ctl.close()
 		p, local = ctl.conn, dev.LocalAddr().Addr().Unmap()
 	} else {
-		c, err := perftestTCP(cfg)
+		c, err := oobControl(cfg, "perftest "+cfg.Test)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(time.Duration(cfg.Iters)*time.Second + 60*time.Second))
 		p, local = tcpConn(c, client), controlIP(c)
-		if dev, err = openPerftestDevice(cfg, local); err != nil {
+		if dev, err = openOOBDevice(cfg, local); err != nil {
 			return err
 		}
 		defer dev.Close()
 	}
-	if a := dev.LocalAddr().Addr().Unmap(); !a.IsUnspecified() {
-		local = a // the address our GID names
-	}
+	local = advertisedAddr(dev, local) // the address our GID names
 	mtu := vroce.MTU(cfg.MTU)
 	if mtu == 0 {
 		mtu = dev.Attr().ActiveMTU.IB()
@@ -510,34 +508,6 @@ func checkAdditions(buf, buf0 []byte, iters int) error {
 	}
 	fmt.Printf("%d fetch-and-adds landed, each once\n", iters)
 	return nil
-}
-
-// perftestTCP opens the exchange's TCP connection: accepts one on the
-// port, or dials the server's.
-func perftestTCP(cfg *config) (net.Conn, error) {
-	if cfg.Server != "" {
-		return net.DialTimeout("tcp", net.JoinHostPort(cfg.Server, strconv.Itoa(cfg.Port)), 30*time.Second)
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.Port)))
-	if err != nil {
-		return nil, err
-	}
-	defer ln.Close()
-	fmt.Fprintf(os.Stderr, "vroce-perf: perftest %s server waiting on TCP port %d\n", cfg.Test, cfg.Port)
-	return ln.Accept()
-}
-
-// openPerftestDevice opens the device at --dev-addr, or on RoCEv2's port
-// at local (all addresses when local is not known).
-func openPerftestDevice(cfg *config, local netip.Addr) (*vroce.Device, error) {
-	addr := cfg.DevAddr
-	if addr == "" {
-		addr = ":4791"
-		if local.IsValid() {
-			addr = netip.AddrPortFrom(local, 4791).String()
-		}
-	}
-	return vroce.Open(vroce.Config{Provider: cfg.Provider, Addr: addr, ProviderOptions: cfg.providerOptions()})
 }
 
 // pfConnect moves the QP to RTS as perftest's ctx_connect does: min RNR

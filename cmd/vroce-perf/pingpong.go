@@ -130,7 +130,7 @@ type pingpong struct {
 const ppGRH = 40
 
 func runPingpong(cfg *config) error {
-	c, err := pingpongControl(cfg)
+	c, err := oobControl(cfg, "pingpong")
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func runPingpong(cfg *config) error {
 		return err
 	}
 	defer p.dev.Close()
-	ours := ppDest{qpn: p.qp.QPN(), psn: p.psn, gid: gidOf(p.advertised(local))}
+	ours := ppDest{qpn: p.qp.QPN(), psn: p.psn, gid: gidOf(advertisedAddr(p.dev, local))}
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	if err := p.exchange(c, &ours); err != nil {
 		return err
@@ -154,30 +154,6 @@ func runPingpong(cfg *config) error {
 	took := time.Since(start)
 	p.report(os.Stdout, took)
 	return nil
-}
-
-// pingpongControl opens the tools' TCP exchange: accepts one connection
-// on the port, or dials the server's.
-func pingpongControl(cfg *config) (net.Conn, error) {
-	if cfg.Server != "" {
-		return net.DialTimeout("tcp", net.JoinHostPort(cfg.Server, strconv.Itoa(cfg.Port)), 30*time.Second)
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(cfg.Port)))
-	if err != nil {
-		return nil, err
-	}
-	defer ln.Close()
-	fmt.Fprintf(os.Stderr, "vroce-perf: pingpong server waiting on TCP port %d\n", cfg.Port)
-	return ln.Accept()
-}
-
-// advertised is the address the peer sends to: the device's, or, when
-// it listens on all addresses, the one the peer reached us at.
-func (p *pingpong) advertised(local netip.Addr) netip.Addr {
-	if a := p.dev.LocalAddr().Addr(); !a.IsUnspecified() {
-		return a.Unmap()
-	}
-	return local
 }
 
 // exchange trades addresses as the tools do, and connects the QP in
@@ -223,11 +199,7 @@ func (p *pingpong) exchange(c net.Conn, ours *ppDest) error {
 
 func newPingpong(cfg *config, local netip.Addr) (*pingpong, error) {
 	p := &pingpong{cfg: cfg, ud: cfg.Conn == "UD", rxDepth: min(cfg.Iters, 500) + 1}
-	addr := cfg.DevAddr
-	if addr == "" {
-		addr = netip.AddrPortFrom(local, 4791).String()
-	}
-	dev, err := vroce.Open(vroce.Config{Provider: cfg.Provider, Addr: addr, ProviderOptions: cfg.providerOptions()})
+	dev, err := openOOBDevice(cfg, local)
 	if err != nil {
 		return nil, err
 	}
@@ -285,18 +257,8 @@ func (p *pingpong) connectQP(peer ppDest) error {
 	p.peer = peer
 	dest := netip.AddrPortFrom(peer.addr(), 4791)
 	if p.ud {
-		steps := []struct {
-			a vroce.QPAttr
-			m vroce.QPAttrMask
-		}{
-			{vroce.QPAttr{State: vroce.QPSInit, QKey: ppQKey}, vroce.QPAttrState | vroce.QPAttrQKey},
-			{vroce.QPAttr{State: vroce.QPSRTR}, vroce.QPAttrState},
-			{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: p.psn}, vroce.QPAttrState | vroce.QPAttrSQPSN},
-		}
-		for _, s := range steps {
-			if err := p.qp.Modify(&s.a, s.m); err != nil {
-				return err
-			}
+		if err := readyUD(p.qp, ppQKey, p.psn); err != nil {
+			return err
 		}
 		ah, err := p.pd.CreateAH(dest)
 		if err != nil {

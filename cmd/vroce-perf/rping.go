@@ -89,11 +89,7 @@ func (e *rpingEnd) start() []byte { return e.buf()[rpStart : rpStart+e.size] }
 func (e *rpingEnd) echo() []byte  { return e.buf()[rpStart+e.size : rpStart+2*e.size] }
 
 func newRpingEnd(cfg *config) (*rpingEnd, error) {
-	addr := cfg.DevAddr
-	if addr == "" {
-		addr = ":4791"
-	}
-	dev, err := vroce.Open(vroce.Config{Provider: cfg.Provider, Addr: addr, ProviderOptions: cfg.providerOptions()})
+	dev, err := openOOBDevice(cfg, netip.Addr{})
 	if err != nil {
 		return nil, err
 	}

@@ -46,7 +46,7 @@ type srqPingpong struct {
 }
 
 func runSRQPingpong(cfg *config) error {
-	c, err := pingpongControl(cfg)
+	c, err := oobControl(cfg, "pingpong")
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func runSRQPingpong(cfg *config) error {
 	}
 	defer p.dev.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	if err := p.exchange(c, p.advertised(local)); err != nil {
+	if err := p.exchange(c, advertisedAddr(p.dev, local)); err != nil {
 		return err
 	}
 	c.SetDeadline(time.Time{})
@@ -80,11 +80,7 @@ func runSRQPingpong(cfg *config) error {
 
 func newSRQPingpong(cfg *config, local netip.Addr) (*srqPingpong, error) {
 	p := &srqPingpong{cfg: cfg, rxDepth: 500}
-	addr := cfg.DevAddr
-	if addr == "" {
-		addr = netip.AddrPortFrom(local, 4791).String()
-	}
-	dev, err := vroce.Open(vroce.Config{Provider: cfg.Provider, Addr: addr, ProviderOptions: cfg.providerOptions()})
+	dev, err := openOOBDevice(cfg, local)
 	if err != nil {
 		return nil, err
 	}
@@ -121,15 +117,6 @@ func newSRQPingpong(cfg *config, local netip.Addr) (*srqPingpong, error) {
 		}
 	}
 	return p, nil
-}
-
-// advertised is the address the peer sends to: the device's, or, when
-// it listens on all addresses, the one the peer reached us at.
-func (p *srqPingpong) advertised(local netip.Addr) netip.Addr {
-	if a := p.dev.LocalAddr().Addr(); !a.IsUnspecified() {
-		return a.Unmap()
-	}
-	return local
 }
 
 // exchange trades the 256 addresses each way, and connects the QPs

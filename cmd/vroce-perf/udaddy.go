@@ -38,11 +38,7 @@ type udaddyEnd struct {
 }
 
 func newUdaddyEnd(cfg *config) (*udaddyEnd, error) {
-	addr := cfg.DevAddr
-	if addr == "" {
-		addr = ":4791"
-	}
-	dev, err := vroce.Open(vroce.Config{Provider: cfg.Provider, Addr: addr, ProviderOptions: cfg.providerOptions()})
+	dev, err := openOOBDevice(cfg, netip.Addr{})
 	if err != nil {
 		return nil, err
 	}
@@ -64,17 +60,8 @@ func newUdaddyEnd(cfg *config) (*udaddyEnd, error) {
 		Cap: vroce.QPCap{MaxSendWR: cfg.Iters, MaxRecvWR: cfg.Iters, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return fail(err)
 	}
-	for _, s := range []struct {
-		a vroce.QPAttr
-		m vroce.QPAttrMask
-	}{
-		{vroce.QPAttr{State: vroce.QPSInit, QKey: cm.UDPQKey}, vroce.QPAttrState | vroce.QPAttrQKey},
-		{vroce.QPAttr{State: vroce.QPSRTR}, vroce.QPAttrState},
-		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: randomPSN()}, vroce.QPAttrState | vroce.QPAttrSQPSN},
-	} {
-		if err := e.qp.Modify(&s.a, s.m); err != nil {
-			return fail(err)
-		}
+	if err := readyUD(e.qp, cm.UDPQKey, randomPSN()); err != nil {
+		return fail(err)
 	}
 	// Every receive is posted before the peer can learn the QP.
 	for i := range cfg.Iters {
