@@ -13,7 +13,8 @@ import (
 // and report half the round trip, as perftest does; read_lat and
 // atomic_lat report the whole round trip of each operation. write_lat
 // signals each arrival with WRITE_WITH_IMM where perftest polls memory:
-// Go's memory model gives polling no ordering, a completion does.
+// Go's memory model gives polling no ordering, a completion does (with
+// --oob perftest it polls, as ib_write_lat must be answered: memwait.go).
 
 // pingOp is the operation the ping-pong tests send.
 func (s *side) pingOp() vroce.WROpcode {

@@ -85,7 +85,7 @@ type config struct {
 
 // perftestTests are the tests --oob perftest speaks for.
 var perftestTests = map[string]bool{"write_bw": true, "read_bw": true, "send_bw": true, "send_lat": true,
-	"read_lat": true, "atomic_lat": true, "atomic_bw": true}
+	"write_lat": true, "read_lat": true, "atomic_lat": true, "atomic_bw": true}
 
 // pfRDMACMTests are those of perftestTests that also speak perftest's -R.
 var pfRDMACMTests = map[string]bool{"write_bw": true, "read_bw": true, "send_bw": true, "send_lat": true}
@@ -101,7 +101,7 @@ stream_bw and stream_lat (rsock streams, the net.Conn layer); rping and
 udaddy (librdmacm's rping and udaddy over RDMA_CM, against any RoCE peer).
 With --oob, the end of another tool: --oob pingpong with send_lat is
 ibv_rc_pingpong (--conn UD: ibv_ud_pingpong; --srq: ibv_srq_pingpong), --oob perftest with
-write_bw, read_bw, send_bw, atomic_bw, send_lat, read_lat or atomic_lat
+write_bw, read_bw, send_bw, atomic_bw, send_lat, write_lat, read_lat or atomic_lat
 is perftest's ib_ tool of the same name.
 Without SERVER the command waits for a client; with it, it connects; with
 --loopback both ends run in this process.
@@ -208,7 +208,7 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.GoBackN, "go-back-n", false, "do not negotiate selective repeat (behave as rdma_rxe)")
 	fs.StringVar(&c.CPUProf, "cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.StringVar(&c.Trace, "trace", "", "write a Go execution trace of the run to this file (go tool trace)")
-	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat), perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat, ib_read_lat, ib_atomic_lat)")
+	fs.StringVar(&c.Oob, "oob", "", "speak another tool's out-of-band exchange, to run against any RoCE peer: pingpong (ibv_rc_pingpong, ibv_ud_pingpong; with send_lat), perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat, ib_write_lat, ib_read_lat, ib_atomic_lat)")
 	fs.StringVar(&c.Conn, "conn", "RC", "--oob: the QP type, RC or UD (UD: ibv_ud_pingpong)")
 	fs.BoolVar(&c.SRQ, "srq", false, "--oob pingpong: ibv_srq_pingpong, --qps RC QPs receiving from one shared receive queue")
 	fs.BoolVar(&c.RDMACM, "rdma-cm", false, "--oob perftest: connect and exchange through RDMA_CM, no TCP (perftest's -R)")
@@ -266,7 +266,7 @@ func (c *config) finish() error {
 	case c.Oob != "" && c.Oob != "pingpong" && c.Oob != "perftest":
 		return fmt.Errorf("--oob %q: pingpong or perftest", c.Oob)
 	case c.Oob == "perftest" && (!perftestTests[c.Test] || c.Loopback):
-		return fmt.Errorf("--oob perftest plays ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat, ib_read_lat and ib_atomic_lat: write_bw, read_bw, send_bw, atomic_bw, send_lat, read_lat or atomic_lat, between two hosts")
+		return fmt.Errorf("--oob perftest plays ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat, ib_write_lat, ib_read_lat and ib_atomic_lat: write_bw, read_bw, send_bw, atomic_bw, send_lat, write_lat, read_lat or atomic_lat, between two hosts")
 	case c.Test == "atomic_bw" && c.Oob != "perftest":
 		return fmt.Errorf("atomic_bw goes with --oob perftest (ib_atomic_bw)")
 	case c.AllSizes && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw"):

@@ -122,6 +122,10 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		{"perftest read_bw", config{params: params{Test: "read_bw", Size: 8192, Iters: 50}, Oob: "perftest"}, runPerftest},
 		{"perftest send_bw", config{params: params{Test: "send_bw", Size: 4096, Iters: 700}, Oob: "perftest"}, runPerftest},
 		{"perftest send_lat", config{params: params{Test: "send_lat", Size: 13, Iters: 50}, Oob: "perftest"}, runPerftest},
+		// ib_write_lat: each end spins on its memory for the other's
+		// count; a 4 KiB message crosses as several packets.
+		{"perftest write_lat", config{params: params{Test: "write_lat", Size: 2, Iters: 300}, Oob: "perftest"}, runPerftest},
+		{"perftest write_lat 4 KiB", config{params: params{Test: "write_lat", Size: 4096, Iters: 50}, Oob: "perftest"}, runPerftest},
 		{"perftest read_lat", config{params: params{Test: "read_lat", Size: 64, Iters: 50}, Oob: "perftest"}, runPerftest},
 		// The client checks each fetch brings back one more than the
 		// last; the server that its memory grew by every add, once.

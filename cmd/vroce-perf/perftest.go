@@ -20,10 +20,10 @@ import (
 )
 
 // --oob perftest: the TCP exchange of perftest's ib_write_bw, ib_read_bw,
-// ib_send_bw, ib_atomic_bw, ib_send_lat, ib_read_lat and ib_atomic_lat
-// (perftest_communication.c; -R for the WRITE, READ and SEND ones but
-// read_lat), so that
-// vroce-perf is either end of them against any RoCE peer:
+// ib_send_bw, ib_atomic_bw, ib_send_lat, ib_write_lat, ib_read_lat and
+// ib_atomic_lat (perftest_communication.c; -R for ib_write_bw,
+// ib_read_bw, ib_send_bw and ib_send_lat), so that vroce-perf is either
+// end of them against any RoCE peer:
 //
 //	vroce-perf write_bw --oob perftest -s 8192 -n 50 HOST     # as: ib_write_bw -s 8192 -n 50 HOST
 //
@@ -32,10 +32,11 @@ import (
 // integers (page and cache line sizes); the path MTU's enum as 2 bytes
 // of text; then each end's QP as a 108-byte text record
 // (LID:OUT_READS:QPN:PSN:RKEY:VADDR:GID bytes:SRQN:), three times around
-// the QP's connection (four for ib_read_lat and ib_atomic_lat); the
-// test; for the bandwidth tests, the record again and five 8-byte report
-// fields (size, iterations, peak and average bandwidth, message rate);
-// the record a last time, and "done\0".
+// the QP's connection (four for ib_write_lat, ib_read_lat and
+// ib_atomic_lat); the test; for the bandwidth tests, the record again
+// and five 8-byte report fields (size, iterations, peak and average
+// bandwidth, message rate); but for ib_write_lat, the record a last
+// time and "done\0".
 
 // perftestVersion is the version we say we speak: what perftest 4.5
 // says (its packages' 6.06), which it needs to be at least 5.70.
@@ -120,6 +121,9 @@ type pfConn struct {
 	send func([]byte) error
 	recv func(n int) ([]byte, error)
 	cm   bool // -R: records in binary, no "done"
+	// hangUp waits for the peer to close the exchange, having sent
+	// nothing more.
+	hangUp func() error
 }
 
 // xchg sends mine and receives the peer's message of n bytes, in the
@@ -150,6 +154,16 @@ func tcpConn(c net.Conn, client bool) *pfConn {
 			b := make([]byte, n)
 			_, err := io.ReadFull(c, b)
 			return b, err
+		},
+		hangUp: func() error {
+			n, err := c.Read(make([]byte, 1))
+			switch {
+			case n > 0:
+				return errors.New("perftest exchange: the peer sent more after its test")
+			case errors.Is(err, io.EOF):
+				return nil
+			}
+			return fmt.Errorf("perftest exchange: waiting for the peer to hang up: %w", err)
 		}}
 }
 
@@ -326,6 +340,16 @@ func runPerftest(cfg *config) error {
 		mines[i] = pfKeys{outReads: uint16(outReads), qpn: qps[i].QPN(), psn: randomPSN(),
 			rkey: mr.RKey(), vaddr: mr.Addr(), gid: local.As16()}
 	}
+	var poll *byte // write_lat: the byte the peer's count lands in
+	if cfg.Test == "write_lat" {
+		// The peer writes into the second half, which starts zeroed (no
+		// count of theirs), and we send from the first.
+		clear(buf[bufSize:])
+		poll = &buf[bufSize+cfg.Size-1]
+		for i := range mines {
+			mines[i].vaddr += uint64(bufSize)
+		}
+	}
 	qp, mine := qps[0], &mines[0] // the one QP of the latency tests, and the syncs' record
 	if cfg.RDMACM {
 		// A sync, the test QP's connection through RDMA_CM, a sync.
@@ -344,7 +368,7 @@ func runPerftest(cfg *config) error {
 			return err
 		}
 	} else {
-		if cfg.Test == "read_lat" || cfg.Test == "atomic_lat" {
+		if pfSyncsFirst(cfg.Test) {
 			// Their tools trade the records once more first, as a sync.
 			if _, err := p.keys(mine); err != nil {
 				return err
@@ -435,6 +459,10 @@ func runPerftest(cfg *config) error {
 		if err := measure(); err != nil {
 			return err
 		}
+	} else if cfg.Test == "write_lat" {
+		if lat, err = pfWriteLat(cfg, dev, qp, cq, mr, poll, &peer, mtu, !p.client); err != nil {
+			return err
+		}
 	} else if cfg.Test == "read_lat" || cfg.Test == "atomic_lat" {
 		// The client reads or adds one operation at a time while the
 		// server waits for it to finish (perftest's run_iter_lat).
@@ -459,12 +487,23 @@ func runPerftest(cfg *config) error {
 	if ctl != nil {
 		ctl.closing = true
 	}
-	if _, err := p.keys(mine); err != nil {
-		return err
-	}
-	if !p.cm {
-		if err := p.send([]byte(pfDone)); err != nil {
+	if cfg.Test == "write_lat" {
+		// ib_write_lat trades nothing after its test. The server saw
+		// the client's last WRITE land before the ACK for it left: it
+		// keeps its device until the client, holding that ACK, hangs up.
+		if !p.client {
+			if err := p.hangUp(); err != nil {
+				return err
+			}
+		}
+	} else {
+		if _, err := p.keys(mine); err != nil {
 			return err
+		}
+		if !p.cm {
+			if err := p.send([]byte(pfDone)); err != nil {
+				return err
+			}
 		}
 	}
 	if cfg.Test == "send_lat" {
@@ -489,6 +528,12 @@ func runPerftest(cfg *config) error {
 		return checkAdditions(buf, buf0, cfg.Iters*nqp)
 	}
 	return nil
+}
+
+// pfSyncsFirst says whether test's perftest tool trades the QP records
+// once more before the ones around the connection (four times in all).
+func pfSyncsFirst(test string) bool {
+	return test == "read_lat" || test == "atomic_lat" || test == "write_lat"
 }
 
 // isAtomicTest says whether test is one of perftest's atomics, which
@@ -692,5 +737,61 @@ func pfLatency(cfg *config, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, peer *pfKe
 	}
 	r := &result{Test: cfg.Test, Provider: cfg.Provider, Bytes: cfg.Size, Iterations: cfg.Iters, QPs: 1, MTU: int(mtu), Verified: cfg.Test == "atomic_lat"}
 	r.setLatency(samples, time.Since(start))
+	return r, nil
+}
+
+// pfWriteLat plays either end of ib_write_lat (perftest's
+// run_iter_lat_write): each end WRITEs -s bytes into the other's buffer,
+// the last byte counting its messages, and spins on the last byte of its
+// own buffer (poll) until the other's next count lands there. The server
+// writes first. Each WRITE is signaled and waited for before the next
+// wait, as perftest does. Both ends time the round trip between their
+// own posts and report half of it.
+func pfWriteLat(cfg *config, dev *vroce.Device, qp *vroce.QP, cq *vroce.CQ, mr *vroce.MR, poll *byte, peer *pfKeys, mtu vroce.MTU, server bool) (*result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Iters)*time.Second+30*time.Second)
+	defer cancel()
+	sig := dev.NewSignal()
+	count := &mr.Bytes()[cfg.Size-1] // of the message we send
+	await := func(n int) error {
+		if err := awaitByte(ctx, sig, poll, byte(n)); err != nil {
+			return fmt.Errorf("perftest: waiting for the peer's WRITE %d of %d: %w (QP %v, %+v)", n, cfg.Iters, err, qp.State(), qp.Stats())
+		}
+		return nil
+	}
+	wcs := make([]vroce.WorkCompletion, 1)
+	posts := make([]time.Time, 0, cfg.Iters)
+	received := 0
+	for sent := 1; sent <= cfg.Iters; sent++ {
+		if !server || sent > 1 {
+			received++
+			if err := await(received); err != nil {
+				return nil, err
+			}
+		}
+		*count = byte(sent)
+		posts = append(posts, time.Now())
+		wr := vroce.SendWR{ID: uint64(sent), Opcode: vroce.WRRDMAWrite, Flags: vroce.SendSignaled,
+			SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peer.vaddr, RKey: peer.rkey}
+		if err := qp.PostSend(wr); err != nil {
+			return nil, err
+		}
+		if _, err := cq.PollWait(ctx, wcs); err != nil {
+			return nil, fmt.Errorf("perftest: WRITE %d of %d: %w (QP %v, %+v)", sent, cfg.Iters, err, qp.State(), qp.Stats())
+		}
+		if wcs[0].Status != vroce.WCSuccess {
+			return nil, fmt.Errorf("perftest: WRITE %d failed: %v", sent, wcs[0].Status)
+		}
+	}
+	if received < cfg.Iters { // the server's last wait: the client's last WRITE
+		if err := await(cfg.Iters); err != nil {
+			return nil, err
+		}
+	}
+	samples := make([]time.Duration, 0, len(posts))
+	for i := 1; i < len(posts); i++ {
+		samples = append(samples, posts[i].Sub(posts[i-1])/2)
+	}
+	r := &result{Test: cfg.Test, Provider: cfg.Provider, Bytes: cfg.Size, Iterations: cfg.Iters, QPs: 1, MTU: int(mtu)}
+	r.setLatency(samples, time.Since(posts[0]))
 	return r, nil
 }

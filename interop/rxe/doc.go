@@ -4,7 +4,8 @@
 // under qemu on a tap in a network namespace of their own, and run
 // ibv_rc_pingpong, ibv_ud_pingpong, ibv_srq_pingpong, ib_write_bw,
 // ib_read_bw, ib_send_bw, ib_send_lat (over TCP and with -R),
-// ib_read_lat, ib_atomic_bw, ib_atomic_lat, rping and udaddy in the guest against
+// ib_write_lat, ib_read_lat, ib_atomic_bw, ib_atomic_lat, rping and udaddy
+// in the guest against
 // vroce-perf on the host, each end as server and as client, over IPv4 and
 // IPv6. They need root and qemu-system-x86, busybox-static, cpio and kmod,
 // and skip elsewhere saying so; CI runs them (make test), and make interop

@@ -411,6 +411,22 @@ func TestPerftestReadLat(t *testing.T) {
 	bothWays(t, needGuest(t), e)
 }
 
+// TestPerftestWriteLat: ib_write_lat, whose ends learn of a WRITE only
+// by spinning on their memory: each end's count lands in the last byte
+// of the other's buffer, the next WRITE waits for it, so a count lost or
+// landing elsewhere stops the run. 2 bytes is one packet, 4096 four at
+// the 1024-byte MTU (FIRST, MIDDLE, LAST: the count comes in the last).
+func TestPerftestWriteLat(t *testing.T) {
+	g := needGuest(t)
+	for _, size := range []string{"2", "4096"} {
+		t.Run(size+" B", func(t *testing.T) {
+			e := perftest("write_lat", "-n 200 -s "+size, false)
+			e.check = resultReported(size, "200")
+			bothWays(t, g, e)
+		})
+	}
+}
+
 // TestPerftestAtomics: ib_atomic_bw and ib_atomic_lat, FETCH_ADD of 1
 // (perftest's default) at 8-byte words: AtomicETH one way, AtomicAckETH
 // the other, rxe's responder and ours. vroce-perf as client checks that
