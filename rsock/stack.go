@@ -303,7 +303,11 @@ func (s *stack) remove(st *stream) {
 		delete(s.streams, st.qp.QPN())
 		s.keepaliveRemoveLocked(st)
 	}
+	excess := s.trimIdleSmallLocked()
 	s.mu.Unlock()
+	for _, b := range excess {
+		b.mr.Dereg()
+	}
 }
 
 // qpAttr is every stream QP's shape: receives from the SRQ, a send queue
