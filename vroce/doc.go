@@ -40,7 +40,9 @@
 // requester (requester.go) assigns PSNs and sends within the window, the
 // pacer and the peer budget (peerbudget.go); the completer (completer.go)
 // takes ACKs, NAKs, READ responses and atomic ACKs and completes work in
-// order; the responder (responder.go, with held.go) executes requests.
+// order; the responder (responder.go, with held.go) executes requests,
+// and paces its READ answers, and meters duplicates', once the requester
+// has lost part of one (readpace.go).
 // The requester's state is split by concern: the send queue (sendqueue.go,
 // which UD uses too), the scoreboard of PSNs in flight with SACK marking
 // and RACK-style loss detection (scoreboard.go), loss recovery's RTT, RTO,

@@ -233,6 +233,7 @@ func (qp *QP) Stats() QPStats {
 	s := qp.stats
 	s.CWnd = qp.req.window()
 	s.HeldBytes = qp.resp.heldBytes
+	s.ReadPace = int(qp.resp.pace.rate)
 	s.SRTT, s.MinRTT = time.Duration(qp.req.rec.rtt.SRTT), time.Duration(qp.req.rec.rtt.MinRTT)
 	return s
 }
@@ -499,7 +500,9 @@ func (qp *QP) onTimer() {
 	}
 	qp.wakeOwed.Store(false) // the pump below is what it asked for
 	b := qp.dev.getBatch()
-	qp.req.onTimer(qp, qp.dev.now(), b)
+	now := qp.dev.now()
+	qp.resp.onReadTimer(qp, now, b)
+	qp.req.onTimer(qp, now, b)
 	qp.dev.transmit(b)
 	qp.dev.putBatch(b)
 }

@@ -312,7 +312,7 @@ func (r *requester) armTimers(qp *QP, now int64) {
 // left, the QP's pending one is dropped (unschedule).
 func (r *requester) schedule(qp *QP) {
 	next := int64(0)
-	for _, at := range [...]int64{r.rec.lossDetectionTimeout(), r.rnrAt, r.paceAt, r.failAt(qp)} {
+	for _, at := range [...]int64{r.rec.lossDetectionTimeout(), r.rnrAt, r.paceAt, r.failAt(qp), qp.resp.pace.due} {
 		if at != 0 && (next == 0 || at < next) {
 			next = at
 		}

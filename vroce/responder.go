@@ -2,7 +2,6 @@ package vroce
 
 import (
 	"encoding/binary"
-	"time"
 
 	"vroce.dev/vroce/wire"
 )
@@ -37,6 +36,8 @@ type responder struct {
 	// The duplicate READ budget (dupReadBudget): packets left, and when
 	// it was last taken from (0: never).
 	dupReadTokens, dupReadAt int64
+	// READ answers waiting to be sent, and their pace (readpace.go).
+	pace readPacer
 
 	ackPending bool // a coalesced ACK is owed
 	asked      int  // requests for an ACK the owed one answers (ackRequested)
@@ -95,7 +96,12 @@ func (r *responder) release(qp *QP) {
 }
 
 func (r *responder) onRequest(qp *QP, p *wire.Packet, raw []byte, rb *rxBatch) {
-	switch d := psnDiff(p.BTH.PSN, r.ePSN); {
+	d := psnDiff(p.BTH.PSN, r.ePSN)
+	if p.BTH.Opcode != wire.RCReadRequest || d > 0 {
+		// Whatever this answers goes after the READ answers in waiting.
+		r.flushReads(qp, rb.out)
+	}
+	switch {
 	case d > 0:
 		qp.stats.OutOfSequence++
 		if r.sr {
@@ -324,8 +330,9 @@ func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch) {
 			return
 		}
 		r.msn++
-		n := r.sendReadResponses(qp, rb.out, s, p.BTH.PSN, -1)
+		n := max((s.n+qp.mtu-1)/qp.mtu, 1)
 		r.ePSN = psnAdd(r.ePSN, n)
+		r.answerRead(qp, rb.out, s, p.BTH.PSN, n, n, true, qp.dev.now())
 		return
 	case f&wire.IsAtomic != 0:
 		r.executeAtomic(qp, p, rb)
@@ -406,9 +413,10 @@ func (r *responder) onDuplicate(qp *QP, p *wire.Packet, rb *rxBatch) {
 		if psnDiff(psnAdd(p.BTH.PSN, max(n, 1)), r.ePSN) > 0 {
 			return // claims PSNs that were never requested
 		}
-		allowed := r.dupReadBudget(qp, max(n, 1))
-		qp.stats.DupReadLimited += uint64(max(n, 1) - allowed)
-		r.sendReadResponses(qp, rb.out, s, p.BTH.PSN, allowed)
+		now := qp.dev.now()
+		r.onReadLoss(p.BTH.PSN, now)
+		r.supersedeReads(qp)
+		r.answerDuplicateRead(qp, rb.out, s, p.BTH.PSN, max(n, 1), now)
 	case op.Flags()&wire.IsAtomic != 0:
 		for _, a := range r.atomics {
 			if a.valid && a.psn == p.BTH.PSN {
@@ -424,42 +432,6 @@ func (r *responder) onDuplicate(qp *QP, p *wire.Packet, rb *rxBatch) {
 	}
 }
 
-// A duplicate READ is read again (memory reads are idempotent), but it
-// costs us its whole length in responses for a few dozen bytes of
-// request: replayed, one 44-byte request drew 8 MiB. So a duplicate is
-// answered from its PSN for at most dupReadMax packets, and the packets
-// all duplicates of a QP draw are metered by a token bucket of
-// dupReadBurst packets, refilled at dupReadRate a second: loss recovery
-// at 1-5% stays well inside it, a replay flood does not.
-//
-// A vRoCE requester re-requests readChunk packets at a time; rxe asks
-// for the whole rest of its READ, and once the answer stops short it
-// waits for its retransmission timer (67 ms at perftest's timeout 14)
-// before asking for more. So the cap is what one request of rxe's may
-// want answered in one go: with a cap of 64, a 1 MiB READ from rxe whose
-// first answer met losses crawled at 1 MB/s, 64 packets a timer.
-const (
-	dupReadMax   = 1024
-	dupReadBurst = 1024
-	dupReadRate  = 100_000 // packets a second
-)
-
-// dupReadBudget takes up to n packets from the QP's duplicate READ
-// budget and returns how many it may send.
-func (r *responder) dupReadBudget(qp *QP, n int) int {
-	now := qp.dev.now()
-	if r.dupReadAt == 0 {
-		r.dupReadTokens = dupReadBurst
-	} else {
-		idle := min(now-r.dupReadAt, int64(time.Second)) // long enough to refill it all
-		r.dupReadTokens = min(dupReadBurst, r.dupReadTokens+idle*dupReadRate/int64(time.Second))
-	}
-	r.dupReadAt = now
-	allowed := int(min(int64(min(n, dupReadMax)), r.dupReadTokens))
-	r.dupReadTokens -= int64(allowed)
-	return allowed
-}
-
 // rnr refuses a request that found no receive posted: the requester
 // retries the same PSN after the QP's min_rnr_timer.
 func (r *responder) rnr(qp *QP, p *wire.Packet, rb *rxBatch) {
@@ -470,6 +442,7 @@ func (r *responder) rnr(qp *QP, p *wire.Packet, rb *rxBatch) {
 // abort NAKs a request that can never succeed and moves the QP to ERR; a
 // receive the message was filling completes with recvStatus.
 func (r *responder) abort(qp *QP, p *wire.Packet, rb *rxBatch, code uint8, recvStatus WCStatus) {
+	r.flushReads(qp, rb.out) // a READ refused: the answers before it go first
 	r.sendAck(qp, rb.out, wire.NAK(code), p.BTH.PSN)
 	if r.inSend || r.recv.first.mr != nil {
 		qp.complete(qp.recvCQ, &WorkCompletion{ID: r.recv.id, Status: recvStatus, Opcode: WCRecv, QPN: qp.qpn})
@@ -532,7 +505,7 @@ func (qp *QP) sendOwedAck(out *txBatch) {
 func (qp *QP) sendOwedAckLocked(out *txBatch) {
 	r := &qp.resp
 	// A QP moving to ERR sends what it owes first (toErrorLocked).
-	if r.ackPending && qp.state != QPSErr && qp.state != QPSReset {
+	if r.ackPending && qp.state != QPSErr && qp.state != QPSReset && !r.readsWaiting() {
 		r.ackedAlone = true
 		var s wire.SACK
 		if r.dupOwed {
@@ -567,7 +540,7 @@ func (r *responder) piggyback(qp *QP, p *wire.Packet, here bool) {
 		r.replies = true // that ACK could have waited for this request
 	}
 	r.ackedAlone = false
-	if !here || !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || r.dupOwed || !p.BTH.Opcode.CanCarryPiggyACK() {
+	if !here || !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || r.dupOwed || r.readsWaiting() || !p.BTH.Opcode.CanCarryPiggyACK() {
 		return
 	}
 	r.ackPending, r.asked = false, 0
@@ -603,36 +576,4 @@ func (r *responder) sendHeaders(qp *QP, out *txBatch, p *wire.Packet, s *wire.SA
 		n += s.Encode(buf[n:])
 	}
 	out.addSealed(qp, wire.Finish(buf, n), false) // ACKs leave one by one
-}
-
-// sendReadResponses sends s as READ responses starting at psn and returns
-// how many PSNs they use; only the first limit go (all when limit is
-// negative), so that a run cut short ends without a LAST.
-func (r *responder) sendReadResponses(qp *QP, out *txBatch, s span, psn uint32, limit int) int {
-	mtu := qp.mtu
-	n := max((s.n+mtu-1)/mtu, 1)
-	if limit < 0 {
-		limit = n
-	}
-	for i := 0; i < min(n, limit); i++ {
-		op := wire.RCReadResponseMiddle
-		switch {
-		case n == 1:
-			op = wire.RCReadResponseOnly
-		case i == 0:
-			op = wire.RCReadResponseFirst
-		case i == n-1:
-			op = wire.RCReadResponseLast
-		}
-		off := i * mtu
-		size := min(mtu, s.n-off)
-		buf := qp.packetBuf(out)
-		p := wire.Packet{
-			BTH:  wire.BTH{Opcode: op, PKey: wire.DefaultPKey, DestQP: qp.attr.DestQPN, PSN: psnAdd(psn, i)},
-			AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn},
-		}
-		hl, _ := p.EncodeHeaders(buf, size)
-		out.addCopied(qp, hl, s.bytes()[off:off+size], 0)
-	}
-	return n
 }

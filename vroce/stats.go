@@ -89,8 +89,10 @@ func (s *QPStats) add(q QPStats) {
 	s.HeldDrops += q.HeldDrops
 	s.HeldBytes += q.HeldBytes
 	s.DupReadLimited += q.DupReadLimited
+	s.ReadResponsesSuperseded += q.ReadResponsesSuperseded
 	s.PeerBudgetStops += q.PeerBudgetStops
 	s.CWnd = max(s.CWnd, q.CWnd)
+	s.ReadPace = max(s.ReadPace, q.ReadPace)
 	s.SRTT = max(s.SRTT, q.SRTT)
 	if s.MinRTT == 0 || (q.MinRTT != 0 && q.MinRTT < s.MinRTT) {
 		s.MinRTT = q.MinRTT
@@ -123,7 +125,11 @@ type QPStats struct {
 	ForgedResponses  uint64 // dropped: a response (ACK, NAK, READ response, atomic ACK) naming no request in flight
 	HeldDrops        uint64 // out-of-order requests not kept: the QP's or the device's held bytes at their limit
 	HeldBytes        int    // what the QP's out-of-order requests hold now
-	DupReadLimited   uint64 // READ response packets a duplicate READ did not draw: past dupReadMax or the QP's budget
+	DupReadLimited   uint64 // READ response packets a duplicate READ did not draw: sent at once, ahead of another request, past the QP's budget
+	// ReadResponsesSuperseded counts READ response packets a paced
+	// answer had yet to send when a duplicate READ asked again
+	// (readpace.go).
+	ReadResponsesSuperseded uint64
 	// PeerBudgetStops counts the times the QP stopped sending because
 	// the device's QPs to its peer together had as much in flight as
 	// the peer's receive buffer is assumed to hold.
@@ -132,4 +138,7 @@ type QPStats struct {
 	CWnd   int           // congestion window, packets
 	SRTT   time.Duration // smoothed RTT
 	MinRTT time.Duration // base RTT
+	// ReadPace is the rate the QP's large READ answers leave at, packets
+	// a second; 0 while they leave whole (readpace.go).
+	ReadPace int
 }

@@ -1,0 +1,141 @@
+package vroce_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vroce.dev/providers/sim"
+	"vroce.dev/vroce"
+	"vroce.dev/vroce/cm"
+	"vroce.dev/vroce/wire"
+)
+
+// TestLargeReadsPaceAfterALoss: a requester that asks for a whole 1 MiB
+// READ in one request, as rxe does, behind a link of 20 MB/s with 64 KiB
+// of queue, and that asks again for the rest from the first packet it
+// missed once nothing came for 10 ms (rxe's retransmission timer). The
+// first answer leaves whole and overruns the queue: the control that
+// the link loses what comes too fast. The requester's duplicate READ
+// shows the responder what it took, and the later answers, paced, lose
+// a fraction of that. Every READ brings back the memory exactly.
+func TestLargeReadsPaceAfterALoss(t *testing.T) {
+	network := sim.NewNetwork(sim.Config{Rate: 20e6, QueueBytes: 64 << 10})
+	t.Cleanup(network.Close)
+	peer, err := network.Attach(fakeDevice)
+	require.NoError(t, err)
+	t.Cleanup(func() { peer.Close() })
+	const packets, mtu = 1024, 1024
+	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: fakeDevice, MTU: vroce.MTU1024},
+		vroce.AccessRemoteRead, packets*mtu)
+	for i := range mr.Bytes() {
+		mr.Bytes()[i] = byte(i*7 + i/mtu)
+	}
+
+	type arrival struct {
+		op      wire.Opcode
+		psn     uint32
+		payload []byte
+	}
+	arrivals := make(chan arrival, 4*packets)
+	go func() {
+		defer close(arrivals)
+		pkts := make([]vroce.Packet, 32)
+		for i := range pkts {
+			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		for {
+			k, err := peer.Recv(pkts)
+			if err != nil {
+				return
+			}
+			for _, pk := range pkts[:k] {
+				var p wire.Packet
+				if wire.Parse(&p, pk.Data) == nil {
+					arrivals <- arrival{p.BTH.Opcode, p.BTH.PSN, append([]byte(nil), p.Payload...)}
+				}
+			}
+		}
+	}()
+
+	r := &rxeLike{t: t, network: network}
+	// read fetches the whole region by a READ at psn, asking again from
+	// the first packet missing after each quiet 10 ms.
+	read := func(psn uint32) []byte {
+		got, have, missing := make([]byte, packets*mtu), make([]bool, packets), packets
+		ask := func(from int) {
+			r.send(fakeSource, qp, 0, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadRequest, PSN: psn + uint32(from), AckReq: true},
+				RETH: wire.RETH{VA: mr.Addr() + uint64(from*mtu), RKey: mr.RKey(), DMALen: uint32((packets - from) * mtu)}})
+		}
+		ask(0)
+		deadline := time.After(60 * time.Second)
+		for missing > 0 {
+			select {
+			case a, ok := <-arrivals:
+				require.True(t, ok, "the peer's endpoint closed")
+				require.NotEqual(t, wire.RCAcknowledge, a.op, "an ACK where only READ responses are due")
+				k := int(a.psn) - int(psn)
+				if k >= 0 && k < packets && !have[k] {
+					copy(got[k*mtu:], a.payload)
+					have[k] = true
+					missing--
+				}
+			case <-time.After(10 * time.Millisecond):
+				for k := range have {
+					if !have[k] {
+						ask(k)
+						break
+					}
+				}
+			case <-deadline:
+				t.Fatalf("READ at PSN %d: %d of %d packets missing after a minute (%+v)", psn, missing, packets, qp.Stats())
+			}
+		}
+		return got
+	}
+
+	var drops []uint64
+	for i := range 4 {
+		before := network.Stats().QueueDrops
+		psn := uint32(500 + i*packets)
+		require.Equal(t, mr.Bytes(), read(psn), "READ %d", i)
+		drops = append(drops, network.Stats().QueueDrops-before)
+	}
+	t.Logf("packets the link's queue dropped, READ by READ: %v; %+v", drops, qp.Stats())
+	assert.Greater(t, drops[0], uint64(packets/4), "the first answer, unpaced, overran the link")
+	// Paced, an answer loses at most what the pacer's probe for more
+	// overshoots (the rate rises by a quarter a READ).
+	for i, d := range drops[1:] {
+		assert.Less(t, d, uint64(packets/4), "READ %d, paced", i+1)
+	}
+	assert.NotZero(t, qp.Stats().ReadPace, "the answers are paced")
+
+	// A WRITE behind a paced READ (of 40 packets, which the link's
+	// queue holds): its ACK, which covers the READ's PSNs, comes only
+	// after the READ's every response.
+	const small = 40
+	psn := uint32(500 + 4*packets)
+	r.send(fakeSource, qp, 0, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadRequest, PSN: psn, AckReq: true},
+		RETH: wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: small * mtu}})
+	w := writeOnly(mr, psn+small, 0, []byte("behind the READ"))
+	w.BTH.AckReq = true
+	r.send(fakeSource, qp, 0, w)
+	var order []wire.Opcode
+	for done := false; !done; {
+		select {
+		case a := <-arrivals:
+			order = append(order, a.op)
+			if a.op == wire.RCAcknowledge {
+				require.Equal(t, psn+small, a.psn, "the WRITE's ACK")
+				done = true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no ACK for the WRITE; came: %v", order)
+		}
+	}
+	require.Len(t, order, small+1, "the READ's responses, then the ACK")
+	assert.Equal(t, wire.RCReadResponseFirst, order[0])
+	assert.Equal(t, wire.RCReadResponseLast, order[small-1])
+}
