@@ -224,7 +224,7 @@ func (r *requester) advance(qp *QP, now int64) {
 		return
 	}
 	r.cc.onAck(moved, r.rec.rtt.Latest, r.rec.rtt.MinRTT, r.rec.rtt.SRTT, now)
-	r.progressAt = now
+	r.progressAt, r.retriedAt = now, 0
 	r.rec.onProgress() // re-armed from now by pump
 	r.rnrLeft = int(qp.attr.RNRRetry)
 }

@@ -49,6 +49,7 @@ type requester struct {
 	rnrAt      int64 // end of an RNR wait
 	paceAt     int64 // when the pacer lets the next packet go
 	progressAt int64 // retry_cnt's clock: the last ACK, or the first send after idle
+	retriedAt  int64 // the first retransmission timeout since progressAt (0: none yet)
 	rnrLeft    int
 	rnrWait    bool
 
@@ -78,7 +79,7 @@ func (r *requester) start(qp *QP) {
 	r.nextPSN, r.sndNxt = a.SQPSN, a.SQPSN
 	r.sb.start(a.SQPSN)
 	r.rnrLeft = int(a.RNRRetry)
-	r.progressAt = qp.dev.now()
+	r.progressAt, r.retriedAt = qp.dev.now(), 0
 	if r.peer == nil {
 		r.peer = qp.dev.peers.join(qp.flow.Dst)
 		r.rec.peer = &r.peer.rtt
@@ -230,7 +231,7 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 			// leaves, not at the last ACK of long ago, nor when the work
 			// request got its PSNs (it may have waited for the peer
 			// budget since).
-			r.progressAt = now
+			r.progressAt, r.retriedAt = now, 0
 		}
 		r.nextPSN = r.emit(qp, w, r.nextPSN, b, now)
 		if psnDiff(r.nextPSN, psnAdd(w.psn, w.npsn)) >= 0 {
@@ -335,13 +336,18 @@ func (qp *QP) ackTimeout() int64 {
 }
 
 // failAt is when the QP gives up: retry_cnt + 1 local ACK timeouts without
-// progress. Never, for an infinite timeout.
+// progress, and (with a retry_cnt) a local ACK timeout after its first
+// retransmission timeout. Never, for an infinite timeout.
 func (r *requester) failAt(qp *QP) int64 {
 	t := qp.ackTimeout()
 	if t == 0 || !r.sb.outstanding() || r.rnrWait {
 		return 0
 	}
-	return r.progressAt + t*(int64(qp.attr.RetryCnt)+1)
+	at := r.progressAt + t*(int64(qp.attr.RetryCnt)+1)
+	if r.retriedAt != 0 && qp.attr.RetryCnt > 0 {
+		at = max(at, r.retriedAt+t)
+	}
+	return at
 }
 
 // ackRidesHere reports whether an owed ACK may ride on w's packet k (at
@@ -480,13 +486,27 @@ func (r *requester) emit(qp *QP, w *sendWQE, psn uint32, b *txBatch, now int64) 
 // recovery's probe and RTO.
 func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 	if at := r.failAt(qp); at != 0 && now >= at {
+		if r.retriedAt != 0 || qp.attr.RetryCnt == 0 {
+			qp.stats.Timeouts++
+			r.failHead(qp, WCRetryExcErr)
+			return
+		}
+		// The whole budget passed before a single retransmission
+		// timeout: this host did not run the timer (a VM's stolen time,
+		// a stall), which says nothing of the path. One probe first;
+		// the QP gives up a local ACK timeout later if it goes
+		// unanswered. (Under a busy loop on each core, a QP whose peer
+		// had vanished gave up with no retransmission at all.)
+		r.retriedAt = now
 		qp.stats.Timeouts++
-		r.failHead(qp, WCRetryExcErr)
+		r.rec.lossSuspected(r.sb.probe(), now)
+		r.pump(qp, b, now)
+		r.schedule(qp)
 		return
 	}
 	if r.rnrAt != 0 && now >= r.rnrAt {
 		r.rnrAt, r.rnrWait = 0, false
-		r.progressAt = now
+		r.progressAt, r.retriedAt = now, 0
 	}
 	if r.paceAt != 0 && now >= r.paceAt {
 		r.paceAt = 0
@@ -495,9 +515,11 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 		switch r.rec.onLossDetectionTimeout(now) {
 		case firstTimeout:
 			qp.stats.Timeouts++
+			r.noteRetry(now)
 			r.rec.lossSuspected(r.sb.probe(), now)
 			r.cc.onLoss(1, r.rec.rtt.SRTT, now)
 		case repeatedTimeout:
+			r.noteRetry(now)
 			qp.stats.Timeouts++
 			r.sb.markLostFrom(r.sb.sndUna)
 			r.rec.lossProven(now)
@@ -512,6 +534,13 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 	}
 	r.pump(qp, b, now)
 	r.schedule(qp)
+}
+
+// noteRetry records a retransmission timeout for failAt's clock.
+func (r *requester) noteRetry(now int64) {
+	if r.retriedAt == 0 {
+		r.retriedAt = now
+	}
 }
 
 // requestOpcode picks the opcode of one packet of a SEND or WRITE. IBA

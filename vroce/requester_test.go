@@ -366,3 +366,28 @@ func TestSendsClockedByAReceiveBatchLeaveWithIt(t *testing.T) {
 	assert.Equal(t, psnRange(psnAdd(benchSQPSN, 16), 17), psns(rb.sink.take()),
 		"the batch's sends, then the rest of the first WRITE and the second, in PSN order")
 }
+
+// TestAStalledTimerRetriesBeforeGivingUp: a timer that first runs after
+// the whole retry budget has passed (the host did not run it: a VM's
+// stolen time, a stall) sends a probe and gives the path a local ACK
+// timeout more before the QP fails; only then does the work request
+// complete with WCRetryExcErr.
+func TestAStalledTimerRetriesBeforeGivingUp(t *testing.T) {
+	rb := newRequesterBench(t)
+	rb.write(t, 1024, t0)
+	require.Len(t, rb.sink.take(), 1)
+	timeout := rb.qp.ackTimeout()
+	stalled := t0 + 9*timeout // past retry_cnt 7 + 1 timeouts, the timer's first run
+
+	rb.timer(stalled)
+	assert.Equal(t, []uint32{benchSQPSN}, psns(rb.sink.take()), "the probe")
+	assert.Equal(t, QPSRTS, rb.qp.State(), "not given up at the first run")
+
+	rb.timer(stalled + timeout - 1)
+	assert.Equal(t, QPSRTS, rb.qp.State(), "within a local ACK timeout of the probe")
+
+	rb.timer(stalled + timeout)
+	assert.Equal(t, QPSErr, rb.qp.State(), "given up a local ACK timeout after the probe")
+	s := rb.qp.Stats()
+	assert.GreaterOrEqual(t, s.Retransmits, uint64(1))
+}
