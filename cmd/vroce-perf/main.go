@@ -80,6 +80,7 @@ type config struct {
 	RDMACM    bool   // --oob perftest over RDMA_CM, as perftest's -R
 	SRQ       bool   // --oob pingpong: ibv_srq_pingpong, --qps QPs on one SRQ
 	AllSizes  bool   // --oob perftest: every size from 2 B to 8 MiB, as perftest's -a
+	RunFor    int    // --oob perftest client of write_bw or read_bw: seconds to run instead of -n, as perftest's -D
 	quietProg bool
 }
 
@@ -215,6 +216,7 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.RDMACM, "R", false, "same as --rdma-cm")
 	fs.BoolVar(&c.AllSizes, "all", false, "--oob perftest with write_bw or read_bw: every size from 2 bytes to 8 MiB, -n of each (perftest's -a)")
 	fs.BoolVar(&c.AllSizes, "a", false, "same as --all")
+	fs.IntVar(&c.RunFor, "D", 0, "--oob perftest with write_bw or read_bw: the client runs this many seconds instead of -n (perftest's -D; a server, passive, takes it and needs none)")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
 }
 
@@ -271,6 +273,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("atomic_bw goes with --oob perftest (ib_atomic_bw)")
 	case c.AllSizes && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw"):
 		return fmt.Errorf("--all goes with --oob perftest and write_bw or read_bw (perftest's -a)")
+	case c.RunFor < 0 || c.RunFor > 0 && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw" || c.AllSizes):
+		return fmt.Errorf("-D goes with --oob perftest and write_bw or read_bw, without --all (perftest's -D), and counts seconds")
 	case c.Oob == "perftest" && c.RDMACM && (!pfRDMACMTests[c.Test] || c.QPs > 1):
 		return fmt.Errorf("--rdma-cm: write_bw, read_bw, send_bw or send_lat, with one QP")
 	case c.Oob == "pingpong" && (c.Test != "send_lat" || c.Loopback):

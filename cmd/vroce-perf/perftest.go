@@ -396,6 +396,7 @@ func runPerftest(cfg *config) error {
 	}
 	peer := peers[0]
 	var peak, avg, rate float64
+	count := cfg.Iters * nqp // messages the client moved: -n of each QP, or what -D allowed
 	var lat *result
 	// measure runs the test at one message size; with --all, at every
 	// size from 2 B to 8 MiB in turn, no sync between them, printing a
@@ -405,11 +406,13 @@ func runPerftest(cfg *config) error {
 		sized := *cfg
 		sized.Size = n
 		start := time.Now()
-		if err := pfRun(&sized, qps, cq, mr, peers); err != nil {
+		done, err := pfRun(&sized, qps, cq, mr, peers)
+		if err != nil {
 			return err
 		}
 		secs := time.Since(start).Seconds()
-		msgs := float64(cfg.Iters) * float64(nqp)
+		count = done
+		msgs := float64(done)
 		size, avg = n, float64(n)*msgs/secs/(1<<20)
 		peak, rate = avg, msgs/secs/1e6
 		return nil
@@ -423,7 +426,7 @@ func runPerftest(cfg *config) error {
 			if err := measureAt(n); err != nil {
 				return err
 			}
-			printBWLine(n, cfg.Iters*nqp, peak, avg, rate)
+			printBWLine(n, count, peak, avg, rate)
 		}
 		return nil
 	}
@@ -480,7 +483,7 @@ func runPerftest(cfg *config) error {
 		if _, err := p.keys(mine); err != nil { // the client is done
 			return err
 		}
-		if err := p.reports(size, cfg.Iters*nqp, peak, avg, rate); err != nil {
+		if err := p.reports(size, count, peak, avg, rate); err != nil {
 			return err
 		}
 	}
@@ -513,7 +516,7 @@ func runPerftest(cfg *config) error {
 		lat.print(os.Stdout, cfg.JSON)
 	} else if (p.client || cfg.Test == "send_bw") && !cfg.AllSizes {
 		printBWHeader()
-		printBWLine(cfg.Size, cfg.Iters*nqp, peak, avg, rate)
+		printBWLine(cfg.Size, count, peak, avg, rate)
 	}
 	for i, qp := range qps {
 		s := qp.Stats()
@@ -598,7 +601,10 @@ func pfPostRecvs(qp *vroce.QP, mr *vroce.MR, cfg *config) error {
 // READs, SENDs or fetch-and-adds, tx-depth at a time, all to the start
 // of the peer's buffer that QP was given; a send_bw server's receives,
 // posted again as they complete while more are due.
-func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfKeys) error {
+// pfRun moves the test's messages on every QP at once, each QP keeping
+// -t of them in flight, and returns how many completed: -n a QP, or with
+// -D as many as the client posted in that many seconds.
+func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfKeys) (int, error) {
 	op := vroce.WRRDMAWrite
 	switch cfg.Test {
 	case "read_bw":
@@ -615,7 +621,14 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 		adds = &fetchedSequence{}
 	}
 	receiving := cfg.Test == "send_bw" && cfg.Server == ""
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(cfg.Iters*len(qps))*time.Second+30*time.Second)
+	timed := cfg.RunFor > 0 && !receiving
+	runFor := time.Duration(cfg.RunFor) * time.Second
+	deadline := time.Now().Add(runFor)
+	limit := time.Duration(cfg.Iters*len(qps))*time.Second + 30*time.Second
+	if timed {
+		limit = runFor + 30*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	index := make(map[uint32]int, len(qps))
 	posted, done := make([]int, len(qps)), make([]int, len(qps))
@@ -625,10 +638,18 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 			posted[i] = min(cfg.Iters, pfRecvs)
 		}
 	}
+	// more says whether QP i posts another message.
+	more := func(i int) bool {
+		if timed {
+			return time.Now().Before(deadline)
+		}
+		return posted[i] < cfg.Iters
+	}
 	wcs := make([]vroce.WorkCompletion, 64)
-	for left := cfg.Iters * len(qps); left > 0; {
+	total, inFlight := 0, 0
+	for left := cfg.Iters * len(qps); ; {
 		for i, qp := range qps {
-			for !receiving && posted[i] < cfg.Iters && posted[i]-done[i] < cfg.TxDepth {
+			for !receiving && posted[i]-done[i] < cfg.TxDepth && more(i) {
 				wr := vroce.SendWR{ID: uint64(posted[i]), Opcode: op, Flags: vroce.SendSignaled,
 					SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peers[i].vaddr, RKey: peers[i].rkey}
 				if op == vroce.WRAtomicFetchAndAdd {
@@ -638,41 +659,48 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 					}
 				}
 				if err := qp.PostSend(wr); err != nil {
-					return err
+					return total, err
 				}
 				posted[i]++
+				inFlight++
 			}
+		}
+		if timed && inFlight == 0 || !timed && left == 0 {
+			return total, nil
 		}
 		n, err := cq.PollWait(ctx, wcs)
 		if err != nil {
-			return fmt.Errorf("perftest: %d of %d done: %w (QP %v, %+v)", cfg.Iters*len(qps)-left, cfg.Iters*len(qps), err, qps[0].State(), qps[0].Stats())
+			return total, fmt.Errorf("perftest: %d done: %w (QP %v, %+v)", total, err, qps[0].State(), qps[0].Stats())
 		}
 		for _, wc := range wcs[:n] {
 			i, ok := index[wc.QPN]
 			switch {
 			case !ok:
-				return fmt.Errorf("perftest: a completion names QPN %#x, none of ours", wc.QPN)
+				return total, fmt.Errorf("perftest: a completion names QPN %#x, none of ours", wc.QPN)
 			case wc.Status != vroce.WCSuccess:
-				return fmt.Errorf("perftest: %v %d on QP %d failed: %v", wc.Opcode, wc.ID, i, wc.Status)
+				return total, fmt.Errorf("perftest: %v %d on QP %d failed: %v", wc.Opcode, wc.ID, i, wc.Status)
 			case receiving && int(wc.ByteLen) != cfg.Size:
-				return fmt.Errorf("perftest: receive %d on QP %d brought %d bytes, want %d", done[i], i, wc.ByteLen, cfg.Size)
+				return total, fmt.Errorf("perftest: receive %d on QP %d brought %d bytes, want %d", done[i], i, wc.ByteLen, cfg.Size)
 			}
 			if adds != nil {
 				if err := adds.check(mr, int(wc.ID)); err != nil {
-					return err
+					return total, err
 				}
 			}
 			done[i]++
+			total++
 			left--
+			if !receiving {
+				inFlight--
+			}
 			if receiving && posted[i] < cfg.Iters {
 				if err := qps[i].PostRecv(vroce.RecvWR{ID: uint64(posted[i]), SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}}); err != nil {
-					return err
+					return total, err
 				}
 				posted[i]++
 			}
 		}
 	}
-	return nil
 }
 
 // fetchedSequence checks a client's fetch-and-adds of 1, all at one

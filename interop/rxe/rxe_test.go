@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -395,6 +396,26 @@ func TestPerftestDuration(t *testing.T) {
 				assert.Regexp(t, `(?m)^\s*8192\s+[0-9]+\s+[0-9.]+`, gout)
 			}
 			runExchange(t, g, e, false)
+		})
+	}
+}
+
+// TestPerftestDurationClient: vroce-perf's client run by time (-D)
+// against perftest's write_bw and read_bw servers, which take whatever
+// count the client reports.
+func TestPerftestDurationClient(t *testing.T) {
+	g := needGuest(t)
+	for _, test := range []string{"write_bw", "read_bw"} {
+		t.Run(test, func(t *testing.T) {
+			e := perftest(test, "-s 8192", false)
+			e.host = append(e.host[:len(e.host)-1], "-D", "2", e.host[len(e.host)-1])
+			e.check = func(t *testing.T, _ bool, gout, out string) {
+				m := regexp.MustCompile(`(?m)^\s*8192\s+([0-9]+)\s+[0-9.]+`).FindStringSubmatch(out)
+				require.NotNil(t, m, "vroce-perf's result line:\n%s", out)
+				assert.NotEqual(t, "0", m[1], "messages moved in 2 s")
+				assert.NotEqual(t, "5000", m[1], "the count is the run's, not -n's")
+			}
+			runExchange(t, g, e, true)
 		})
 	}
 }
