@@ -214,7 +214,7 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.SRQ, "srq", false, "--oob pingpong: ibv_srq_pingpong, --qps RC QPs receiving from one shared receive queue")
 	fs.BoolVar(&c.RDMACM, "rdma-cm", false, "--oob perftest: connect and exchange through RDMA_CM, no TCP (perftest's -R)")
 	fs.BoolVar(&c.RDMACM, "R", false, "same as --rdma-cm")
-	fs.BoolVar(&c.AllSizes, "all", false, "--oob perftest with write_bw or read_bw: every size from 2 bytes to 8 MiB, -n of each (perftest's -a)")
+	fs.BoolVar(&c.AllSizes, "all", false, "--oob perftest with write_bw, read_bw, write_lat or read_lat: every size from 2 bytes to 8 MiB, -n of each (perftest's -a)")
 	fs.BoolVar(&c.AllSizes, "a", false, "same as --all")
 	fs.IntVar(&c.RunFor, "D", 0, "--oob perftest with write_bw or read_bw: the client runs this many seconds instead of -n (perftest's -D; a server, passive, takes it and needs none)")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
@@ -271,8 +271,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("--oob perftest plays ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat, ib_write_lat, ib_read_lat and ib_atomic_lat: write_bw, read_bw, send_bw, atomic_bw, send_lat, write_lat, read_lat or atomic_lat, between two hosts")
 	case c.Test == "atomic_bw" && c.Oob != "perftest":
 		return fmt.Errorf("atomic_bw goes with --oob perftest (ib_atomic_bw)")
-	case c.AllSizes && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw"):
-		return fmt.Errorf("--all goes with --oob perftest and write_bw or read_bw (perftest's -a)")
+	case c.AllSizes && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw" && c.Test != "write_lat" && c.Test != "read_lat"):
+		return fmt.Errorf("--all goes with --oob perftest and write_bw, read_bw, write_lat or read_lat (perftest's -a)")
 	case c.RunFor < 0 || c.RunFor > 0 && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw" || c.AllSizes):
 		return fmt.Errorf("-D goes with --oob perftest and write_bw or read_bw, without --all (perftest's -D), and counts seconds")
 	case c.Oob == "perftest" && c.RDMACM && (!pfRDMACMTests[c.Test] || c.QPs > 1):

@@ -140,6 +140,8 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		// perftest's -a: every size from 2 B to 8 MiB, no sync between.
 		{"perftest write_bw -a", config{params: params{Test: "write_bw", Iters: 3}, Oob: "perftest", AllSizes: true}, runPerftest},
 		{"perftest read_bw -a", config{params: params{Test: "read_bw", Iters: 3}, Oob: "perftest", AllSizes: true}, runPerftest},
+		{"perftest write_lat -a", config{params: params{Test: "write_lat", Iters: 3}, Oob: "perftest", AllSizes: true}, runPerftest},
+		{"perftest read_lat -a", config{params: params{Test: "read_lat", Iters: 3}, Oob: "perftest", AllSizes: true}, runPerftest},
 		{"perftest -R write_bw", config{params: params{Test: "write_bw", Size: 8192, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},
 		{"perftest -R read_bw", config{params: params{Test: "read_bw", Size: 8192, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},
 		{"perftest -R send_lat", config{params: params{Test: "send_lat", Size: 13, Iters: 50}, Oob: "perftest", RDMACM: true}, runPerftest},

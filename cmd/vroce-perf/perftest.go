@@ -340,12 +340,11 @@ func runPerftest(cfg *config) error {
 		mines[i] = pfKeys{outReads: uint16(outReads), qpn: qps[i].QPN(), psn: randomPSN(),
 			rkey: mr.RKey(), vaddr: mr.Addr(), gid: local.As16()}
 	}
-	var poll *byte // write_lat: the byte the peer's count lands in
 	if cfg.Test == "write_lat" {
 		// The peer writes into the second half, which starts zeroed (no
-		// count of theirs), and we send from the first.
+		// count of theirs: with --all, each size's count lands past
+		// what the smaller sizes wrote), and we send from the first.
 		clear(buf[bufSize:])
-		poll = &buf[bufSize+cfg.Size-1]
 		for i := range mines {
 			mines[i].vaddr += uint64(bufSize)
 		}
@@ -422,7 +421,7 @@ func runPerftest(cfg *config) error {
 			return measureAt(cfg.Size)
 		}
 		printBWHeader()
-		for n := 2; n <= pfLargestAll; n *= 2 {
+		for _, n := range pfSizes(cfg) {
 			if err := measureAt(n); err != nil {
 				return err
 			}
@@ -462,16 +461,26 @@ func runPerftest(cfg *config) error {
 		if err := measure(); err != nil {
 			return err
 		}
-	} else if cfg.Test == "write_lat" {
-		if lat, err = pfWriteLat(cfg, dev, qp, cq, mr, poll, &peer, mtu, !p.client); err != nil {
-			return err
-		}
-	} else if cfg.Test == "read_lat" || cfg.Test == "atomic_lat" {
-		// The client reads or adds one operation at a time while the
+	} else if cfg.Test == "write_lat" || cfg.Test == "read_lat" || cfg.Test == "atomic_lat" {
+		// write_lat: both ends play ping-pong. read_lat and atomic_lat:
+		// the client reads or adds one operation at a time while the
 		// server waits for it to finish (perftest's run_iter_lat).
-		if p.client {
-			if lat, err = pfLatency(cfg, qp, cq, mr, &peer, mtu); err != nil {
+		// With --all, each size in turn, a result for each.
+		for _, n := range pfSizes(cfg) {
+			sized := *cfg
+			sized.Size = n
+			switch {
+			case cfg.Test == "write_lat":
+				lat, err = pfWriteLat(&sized, dev, qp, cq, mr, &buf[bufSize+n-1], &peer, mtu, !p.client)
+			case p.client:
+				lat, err = pfLatency(&sized, qp, cq, mr, &peer, mtu)
+			}
+			if err != nil {
 				return err
+			}
+			if lat != nil && cfg.AllSizes {
+				lat.print(os.Stdout, cfg.JSON)
+				lat = nil
 			}
 		}
 	} else {
@@ -531,6 +540,19 @@ func runPerftest(cfg *config) error {
 		return checkAdditions(buf, buf0, cfg.Iters*nqp)
 	}
 	return nil
+}
+
+// pfSizes are the message sizes a run moves: -s, or with --all every
+// power of two from 2 bytes to 8 MiB, as perftest's -a.
+func pfSizes(cfg *config) []int {
+	if !cfg.AllSizes {
+		return []int{cfg.Size}
+	}
+	var sizes []int
+	for n := 2; n <= pfLargestAll; n *= 2 {
+		sizes = append(sizes, n)
+	}
+	return sizes
 }
 
 // pfSyncsFirst says whether test's perftest tool trades the QP records
