@@ -192,6 +192,10 @@ type remote struct {
 	done chan struct{}
 	rc   int // after done; -1 when the connection ended without a status
 	conn net.Conn
+	// kill ends the command in the guest (its tool, by name), so that a
+	// command that overran its time leaves no server on a port the next
+	// case needs; nil for the kill itself.
+	kill func()
 }
 
 // start runs a command line in the guest; its output streams back.
@@ -209,6 +213,12 @@ func (g *guest) start(t *testing.T, line string) *remote {
 		t.Fatal(err)
 	}
 	r := &remote{done: make(chan struct{}), rc: -1, conn: c}
+	if tool, _, _ := strings.Cut(line, " "); !strings.HasPrefix(line, "killall ") {
+		r.kill = func() {
+			k := g.start(t, "killall -9 "+tool)
+			k.wait(t, 10*time.Second)
+		}
+	}
 	go func() {
 		defer close(r.done)
 		defer c.Close()
@@ -234,6 +244,9 @@ func (r *remote) wait(t *testing.T, within time.Duration) (int, string) {
 		r.conn.Close()
 		<-r.done
 		t.Errorf("guest command still running after %v", within)
+		if r.kill != nil {
+			r.kill()
+		}
 	}
 	return r.rc, r.out.String()
 }
