@@ -139,3 +139,95 @@ func TestLargeReadsPaceAfterALoss(t *testing.T) {
 	assert.Equal(t, wire.RCReadResponseFirst, order[0])
 	assert.Equal(t, wire.RCReadResponseLast, order[small-1])
 }
+
+// TestPipelinedLargeReadsPace: the requester keeps four READs of 256
+// packets outstanding, as perftest's read_bw has rxe do, and when nothing
+// came for 10 ms goes back as rxe does: it asks again for the READ that
+// lost packets from the first it missed, and for every READ after it
+// whole, each a duplicate of its own. Every duplicate must leave the
+// answers before its PSN owed (a later one superseding an earlier would
+// leave the requester waiting for its timer again), and after the first
+// round, which overruns the link, the answers are paced.
+func TestPipelinedLargeReadsPace(t *testing.T) {
+	network := sim.NewNetwork(sim.Config{Rate: 20e6, QueueBytes: 64 << 10})
+	t.Cleanup(network.Close)
+	peer, err := network.Attach(fakeDevice)
+	require.NoError(t, err)
+	t.Cleanup(func() { peer.Close() })
+	const reads, packets, mtu = 4, 256, 1024
+	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: fakeDevice, MTU: vroce.MTU1024},
+		vroce.AccessRemoteRead, packets*mtu)
+	arrivals := make(chan uint32, 8*reads*packets)
+	go func() {
+		defer close(arrivals)
+		pkts := make([]vroce.Packet, 32)
+		for i := range pkts {
+			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		for {
+			k, err := peer.Recv(pkts)
+			if err != nil {
+				return
+			}
+			for _, pk := range pkts[:k] {
+				var p wire.Packet
+				if wire.Parse(&p, pk.Data) == nil && p.BTH.Opcode.Flags()&wire.HasPayload != 0 {
+					arrivals <- p.BTH.PSN
+				}
+			}
+		}
+	}()
+	r := &rxeLike{t: t, network: network}
+	// round asks for reads READs at psn and on, and returns how many
+	// times it had to go back.
+	round := func(psn uint32) int {
+		have, missing := make([]bool, reads*packets), reads*packets
+		ask := func(read, from int) {
+			first := psn + uint32(read*packets+from)
+			r.send(fakeSource, qp, 0, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadRequest, PSN: first, AckReq: true},
+				RETH: wire.RETH{VA: mr.Addr() + uint64(from*mtu), RKey: mr.RKey(), DMALen: uint32((packets - from) * mtu)}})
+		}
+		for i := range reads {
+			ask(i, 0)
+		}
+		backs := 0
+		deadline := time.After(60 * time.Second)
+		for missing > 0 {
+			select {
+			case got := <-arrivals:
+				if k := int(got) - int(psn); k >= 0 && k < len(have) && !have[k] {
+					have[k] = true
+					missing--
+				}
+			case <-time.After(10 * time.Millisecond):
+				backs++
+				k := 0
+				for have[k] {
+					k++
+				}
+				ask(k/packets, k%packets)
+				for i := k/packets + 1; i < reads; i++ {
+					ask(i, 0)
+				}
+			case <-deadline:
+				t.Fatalf("%d of %d packets missing after a minute (%+v)", missing, len(have), qp.Stats())
+			}
+		}
+		return backs
+	}
+	var drops []uint64
+	var backs []int
+	for i := range 4 {
+		before := network.Stats().QueueDrops
+		backs = append(backs, round(uint32(500+i*reads*packets)))
+		drops = append(drops, network.Stats().QueueDrops-before)
+	}
+	t.Logf("dropped by the link, round by round: %v; went back %v times; %+v", drops, backs, qp.Stats())
+	assert.Greater(t, drops[0], uint64(reads*packets/4), "the first round, unpaced, overran the link")
+	// One going back recovers the first round, if each duplicate leaves
+	// the answers before its PSN owed (44 times when each superseded all).
+	assert.LessOrEqual(t, backs[0], 5, "times the first round went back")
+	for i, d := range drops[1:] {
+		assert.Less(t, d, uint64(reads*packets/4), "round %d, paced", i+1)
+	}
+}

@@ -415,7 +415,7 @@ func (r *responder) onDuplicate(qp *QP, p *wire.Packet, rb *rxBatch) {
 		}
 		now := qp.dev.now()
 		r.onReadLoss(p.BTH.PSN, now)
-		r.supersedeReads(qp)
+		r.supersedeReads(qp, p.BTH.PSN)
 		r.answerDuplicateRead(qp, rb.out, s, p.BTH.PSN, max(n, 1), now)
 	case op.Flags()&wire.IsAtomic != 0:
 		for _, a := range r.atomics {
