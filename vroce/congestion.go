@@ -60,8 +60,7 @@ type congestion struct {
 	slowStart    bool
 	ssthresh     float64 // slow start ends here (after a timeout)
 	lastDecrease int64
-	tokens       float64 // pacer: packets that may leave now
-	tokensAt     int64
+	pacer        tokenBucket // packets that may leave now (pace)
 	// What the path showed lately, to tell congestion's losses from
 	// random ones: the latest RTT sample and its target, and the packets
 	// delivered and lost in this round and the last.
@@ -101,7 +100,7 @@ func (r *lossRound) lossShare() float64 {
 }
 
 func (c *congestion) init() {
-	*c = congestion{cwnd: initialWindow, slowStart: true, ssthresh: maxWindow, tokens: paceBurst}
+	*c = congestion{cwnd: initialWindow, slowStart: true, ssthresh: maxWindow, pacer: tokenBucket{tokens: paceBurst}}
 }
 
 func (c *congestion) window() int { return max(int(c.cwnd), minWindow) }
@@ -210,17 +209,16 @@ func (c *congestion) pace(srtt, now int64) (ok bool, at int64) {
 	if c.cwnd >= paceBurst {
 		// A window of a burst or more is clocked by its ACKs, which the
 		// path already spaces; pacing it costs a timer wakeup per gap.
-		c.tokens, c.tokensAt = paceBurst, now
+		c.pacer.fill(now, paceBurst)
 		return true, 0
 	}
 	if srtt > 0 {
 		rate := c.cwnd / float64(srtt) // packets per ns
-		c.tokens = min(c.tokens+float64(now-c.tokensAt)*rate, paceBurst)
-		c.tokensAt = now
-		if c.tokens < 1 {
-			return false, now + int64((1-c.tokens)/rate) + 1
+		c.pacer.refill(now, rate, paceBurst)
+		if c.pacer.tokens < 1 {
+			return false, c.pacer.whenOne(rate)
 		}
 	}
-	c.tokens--
+	c.pacer.tokens--
 	return true, 0
 }

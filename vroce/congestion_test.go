@@ -70,7 +70,7 @@ func TestPacerSpreadsAWindowOverAnRTT(t *testing.T) {
 	c.cwnd = 10
 	const srtt = 100_000 // 10 packets per 100 us: one per 10 us, paced below a burst
 	now := int64(1)
-	c.tokensAt = now
+	c.pacer.at = now
 	sent := 0
 	for ; sent < 100; sent++ {
 		ok, at := c.pace(srtt, now)

@@ -23,7 +23,7 @@ func TestPacedPumpWithNothingInFlightIsWoken(t *testing.T) {
 	// waits for the pacer, and nothing is in flight when the pump stops.
 	a.qp.mu.Lock()
 	a.qp.req.cc.cwnd, a.qp.req.cc.slowStart = 2, false
-	a.qp.req.cc.tokens, a.qp.req.cc.tokensAt = 0, da.now()
+	a.qp.req.cc.pacer = tokenBucket{tokens: 0, at: da.now()}
 	a.qp.req.rec.rtt.SRTT, a.qp.req.rec.rtt.MinRTT = 20_000_000, 20_000_000
 	a.qp.mu.Unlock()
 	for i := 0; i < 4; i++ {
@@ -63,7 +63,7 @@ func TestARetryIsNotHeldByThePacer(t *testing.T) {
 	}
 	a.qp.mu.Lock()
 	a.qp.req.cc.cwnd, a.qp.req.cc.slowStart = 1, false
-	a.qp.req.cc.tokens, a.qp.req.cc.tokensAt = 1, a.dev.now() // the first packet's, and no more
+	a.qp.req.cc.pacer = tokenBucket{tokens: 1, at: a.dev.now()} // the first packet's, and no more
 	a.qp.req.rec.rtt.SRTT, a.qp.req.rec.rtt.MinRTT = int64(2*time.Second), int64(2*time.Second)
 	a.qp.mu.Unlock()
 	if err := a.qp.PostSend(SendWR{ID: 1, Opcode: WRSend, Flags: SendSignaled | SendInline, Inline: []byte("lost once")}); err != nil {

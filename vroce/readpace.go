@@ -66,6 +66,10 @@ const (
 	dupReadRate  = 100_000.0 // packets a second
 )
 
+// perNs turns packets a second into the token bucket's packets a
+// nanosecond.
+func perNs(perSecond float64) float64 { return perSecond / float64(time.Second) }
+
 // readRun is an answer to a READ not yet all sent: packets [next, end) of
 // the n that answer the READ at psn from s.
 type readRun struct {
@@ -80,11 +84,12 @@ type readRun struct {
 // readPacer is a responder's READ answers in waiting, and their pace.
 type readPacer struct {
 	runs []readRun
-	rate float64 // packets a second; 0: unpaced
-	// tokens are packets that may leave now, refilled at rate since
-	// tokensAt, holding at most readBurst.
-	tokens   float64
-	tokensAt int64
+	rate float64     // packets a second; 0: unpaced
+	pace tokenBucket // at rate, holding at most readBurst
+	// dups meters what duplicates draw: dupReadBurst, refilled at
+	// dupReadRate (dupReadBudget); dupsUsed says it was ever drawn on.
+	dups     tokenBucket
+	dupsUsed bool
 	due      int64 // when the queue may send again (0: not waiting)
 	// The large answers that began to leave lately, for a duplicate to
 	// find the one it asks inside of: several READs may be outstanding,
@@ -107,27 +112,24 @@ type answerStart struct {
 	at  int64
 }
 
-// answerRead answers a READ at psn from s, whose answer is n packets:
-// packets [0, limit) of it, at once or paced. fresh says it is a READ
-// executed now, not a duplicate's answer.
-func (r *responder) answerRead(qp *QP, out *txBatch, s span, psn uint32, n, limit int, fresh bool, now int64) {
+// answerRead answers a READ at psn, executed now, from s: n packets, at
+// once or paced.
+func (r *responder) answerRead(qp *QP, out *txBatch, s span, psn uint32, n int, now int64) {
 	pc := &r.pace
-	if n > readChunk {
-		if fresh && pc.rate > 0 {
-			// At most once for each answer's worth of time at the
-			// rate: a requester with several READs outstanding asks
-			// for the next ones before the first is answered.
-			if !pc.lossSince && now-pc.gainAt >= int64(float64(n)*float64(time.Second)/pc.rate) {
-				pc.rate *= readRateGain
-				pc.gainAt = now
-				if pc.rate > maxPacedReadRate {
-					pc.rate = 0
-				}
+	if n > readChunk && pc.rate > 0 {
+		// At most once for each answer's worth of time at the rate: a
+		// requester with several READs outstanding asks for the next
+		// ones before the first is answered.
+		if !pc.lossSince && now-pc.gainAt >= int64(float64(n)/perNs(pc.rate)) {
+			pc.rate *= readRateGain
+			pc.gainAt = now
+			if pc.rate > maxPacedReadRate {
+				pc.rate = 0
 			}
-			pc.lossSince = false
 		}
+		pc.lossSince = false
 	}
-	run := readRun{s: s, psn: psn, n: n, end: limit, msn: r.msn}
+	run := readRun{s: s, psn: psn, n: n, end: n, msn: r.msn}
 	if pc.rate == 0 && len(pc.runs) == 0 {
 		r.sendReadPackets(qp, out, &run, run.end)
 		return
@@ -209,33 +211,30 @@ func (r *responder) pumpReads(qp *QP, out *txBatch, now int64) {
 	pc := &r.pace
 	pc.due = 0
 	if pc.rate > 0 {
-		pc.tokens = min(pc.tokens+float64(now-pc.tokensAt)*pc.rate/float64(time.Second), readBurst)
+		pc.pace.refill(now, perNs(pc.rate), readBurst)
 	} else {
-		pc.tokens = readBurst
+		pc.pace.fill(now, readBurst)
 	}
-	pc.tokensAt = now
 	for len(pc.runs) > 0 {
 		run := &pc.runs[0]
 		k := run.end - run.next
 		if k > 0 && (pc.rate > 0 || run.dup) {
-			wait := int64(0)
 			if pc.rate > 0 {
-				if k = min(k, int(pc.tokens)); k == 0 {
-					wait = int64((1-pc.tokens)*float64(time.Second)/pc.rate) + 1
+				if k = min(k, int(pc.pace.tokens)); k == 0 {
+					pc.due = pc.pace.whenOne(perNs(pc.rate))
 				}
 			}
 			if run.dup && k > 0 {
 				if k = r.dupReadBudget(qp, k); k == 0 {
-					wait = int64(float64(time.Second)/dupReadRate) + 1
+					pc.due = pc.dups.whenOne(perNs(dupReadRate))
 				}
 			}
 			if k == 0 {
-				pc.due = now + wait
 				qp.req.schedule(qp)
 				return
 			}
 			if pc.rate > 0 {
-				pc.tokens -= float64(k)
+				pc.pace.take(k)
 			}
 		}
 		r.sendReadPackets(qp, out, run, run.next+k)
@@ -315,15 +314,12 @@ func (r *responder) sendReadPackets(qp *QP, out *txBatch, run *readRun, to int) 
 // dupReadBudget takes up to n packets from the QP's duplicate READ
 // budget and returns how many it may send.
 func (r *responder) dupReadBudget(qp *QP, n int) int {
-	now := qp.dev.now()
-	if r.dupReadAt == 0 {
-		r.dupReadTokens = dupReadBurst
+	pc, now := &r.pace, qp.dev.now()
+	if !pc.dupsUsed {
+		pc.dups.fill(now, dupReadBurst)
+		pc.dupsUsed = true
 	} else {
-		idle := min(now-r.dupReadAt, int64(time.Second)) // long enough to refill it all
-		r.dupReadTokens = min(dupReadBurst, r.dupReadTokens+int64(float64(idle)*dupReadRate/float64(time.Second)))
+		pc.dups.refill(now, perNs(dupReadRate), dupReadBurst)
 	}
-	r.dupReadAt = now
-	allowed := int(min(int64(n), r.dupReadTokens))
-	r.dupReadTokens -= int64(allowed)
-	return allowed
+	return pc.dups.take(n)
 }

@@ -33,10 +33,8 @@ type responder struct {
 	atomics    []atomicResult // recent atomic results, for duplicates
 	atomicNext int
 
-	// The duplicate READ budget (dupReadBudget): packets left, and when
-	// it was last taken from (0: never).
-	dupReadTokens, dupReadAt int64
-	// READ answers waiting to be sent, and their pace (readpace.go).
+	// READ answers waiting to be sent, their pace, and the duplicate
+	// READ budget (readpace.go).
 	pace readPacer
 
 	ackPending bool // a coalesced ACK is owed
@@ -332,7 +330,7 @@ func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch) {
 		r.msn++
 		n := max((s.n+qp.mtu-1)/qp.mtu, 1)
 		r.ePSN = psnAdd(r.ePSN, n)
-		r.answerRead(qp, rb.out, s, p.BTH.PSN, n, n, true, qp.dev.now())
+		r.answerRead(qp, rb.out, s, p.BTH.PSN, n, qp.dev.now())
 		return
 	case f&wire.IsAtomic != 0:
 		r.executeAtomic(qp, p, rb)
