@@ -13,6 +13,39 @@ import (
 	"vroce.dev/vroce/wire"
 )
 
+// arrival is a packet the fake peer received.
+type arrival struct {
+	op      wire.Opcode
+	psn     uint32
+	payload []byte
+}
+
+// responsesAt parses, in order, what the endpoint receives, until it
+// closes; the channel holds up to queued of them unread.
+func responsesAt(peer vroce.Provider, queued int) <-chan arrival {
+	arrivals := make(chan arrival, queued)
+	go func() {
+		defer close(arrivals)
+		pkts := make([]vroce.Packet, 32)
+		for i := range pkts {
+			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		for {
+			k, err := peer.Recv(pkts)
+			if err != nil {
+				return
+			}
+			for _, pk := range pkts[:k] {
+				var p wire.Packet
+				if wire.Parse(&p, pk.Data) == nil {
+					arrivals <- arrival{p.BTH.Opcode, p.BTH.PSN, append([]byte(nil), p.Payload...)}
+				}
+			}
+		}
+	}()
+	return arrivals
+}
+
 // TestLargeReadsPaceAfterALoss: a requester that asks for a whole 1 MiB
 // READ in one request, as rxe does, behind a link of 20 MB/s with 64 KiB
 // of queue, and that asks again for the rest from the first packet it
@@ -34,31 +67,7 @@ func TestLargeReadsPaceAfterALoss(t *testing.T) {
 		mr.Bytes()[i] = byte(i*7 + i/mtu)
 	}
 
-	type arrival struct {
-		op      wire.Opcode
-		psn     uint32
-		payload []byte
-	}
-	arrivals := make(chan arrival, 4*packets)
-	go func() {
-		defer close(arrivals)
-		pkts := make([]vroce.Packet, 32)
-		for i := range pkts {
-			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
-		}
-		for {
-			k, err := peer.Recv(pkts)
-			if err != nil {
-				return
-			}
-			for _, pk := range pkts[:k] {
-				var p wire.Packet
-				if wire.Parse(&p, pk.Data) == nil {
-					arrivals <- arrival{p.BTH.Opcode, p.BTH.PSN, append([]byte(nil), p.Payload...)}
-				}
-			}
-		}
-	}()
+	arrivals := responsesAt(peer, 4*packets)
 
 	r := &rxeLike{t: t, network: network}
 	// read fetches the whole region by a READ at psn, asking again from
@@ -157,26 +166,7 @@ func TestPipelinedLargeReadsPace(t *testing.T) {
 	const reads, packets, mtu = 4, 256, 1024
 	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: fakeDevice, MTU: vroce.MTU1024},
 		vroce.AccessRemoteRead, packets*mtu)
-	arrivals := make(chan uint32, 8*reads*packets)
-	go func() {
-		defer close(arrivals)
-		pkts := make([]vroce.Packet, 32)
-		for i := range pkts {
-			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
-		}
-		for {
-			k, err := peer.Recv(pkts)
-			if err != nil {
-				return
-			}
-			for _, pk := range pkts[:k] {
-				var p wire.Packet
-				if wire.Parse(&p, pk.Data) == nil && p.BTH.Opcode.Flags()&wire.HasPayload != 0 {
-					arrivals <- p.BTH.PSN
-				}
-			}
-		}
-	}()
+	arrivals := responsesAt(peer, 8*reads*packets)
 	r := &rxeLike{t: t, network: network}
 	// round asks for reads READs at psn and on, and returns how many
 	// times it had to go back.
@@ -194,8 +184,8 @@ func TestPipelinedLargeReadsPace(t *testing.T) {
 		deadline := time.After(60 * time.Second)
 		for missing > 0 {
 			select {
-			case got := <-arrivals:
-				if k := int(got) - int(psn); k >= 0 && k < len(have) && !have[k] {
+			case a := <-arrivals:
+				if k := int(a.psn) - int(psn); a.op.Flags()&wire.HasPayload != 0 && k >= 0 && k < len(have) && !have[k] {
 					have[k] = true
 					missing--
 				}
