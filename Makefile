@@ -44,7 +44,7 @@ fmt-check:
 # allocation checks again without it, where sync.Pool keeps what it is
 # given and "no allocation per packet or message" means zero; then the
 # wire codec with its assembly off (purego), as on CPUs without it; then
-# the rdma_rxe interop matrix (root and qemu; about 40 s with the guest
+# the rdma_rxe interop matrix (root and qemu; 80-100 s with the guest
 # built, 25 s more to build it), on its own: its TCG guest would take a
 # core from the timing of the tests beside it.
 test: fmt-check vet lint build
