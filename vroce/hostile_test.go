@@ -320,3 +320,83 @@ func TestReplayedReadIsBounded(t *testing.T) {
 	assert.Equal(t, uint64((replays+1)*packets-sent), s.DupReadLimited+s.ReadResponsesSuperseded)
 	assert.Equal(t, uint32(500+packets), ack.BTH.PSN)
 }
+
+// TestReadAnswersWaitingAreBounded: a requester may have as many READs
+// outstanding as it agreed to (max_dest_rd_atomic, 16 here), and the
+// answers a responder keeps waiting are bounded by that. A peer that
+// has its answers paced (a duplicate READ from inside a large answer)
+// and then replays READs at PSN after PSN while the long answer waits,
+// and asks a new READ, would have grown the queue by one answer a
+// request; the READs beyond 16 are refused, counted, and never answered.
+// The positive controls: the 15 that found room are answered in order
+// after the long one, and once the queue has drained the refused new
+// READ, asked again, is answered, as is a refused duplicate.
+func TestReadAnswersWaitingAreBounded(t *testing.T) {
+	network := sim.NewNetwork(sim.Config{RecvQueue: 1 << 14})
+	t.Cleanup(network.Close)
+	peer, err := network.Attach(fakeDevice)
+	require.NoError(t, err)
+	t.Cleanup(func() { peer.Close() })
+	const long, replays, mtu, psnA = 2048, 100, 1024, 100_000
+	const psnB = psnA + long    // a READ of replays packets, whose PSNs the replays reuse
+	const ePSN = psnB + replays // expected once both are answered
+	const room = 16 - 1         // the long answer holds one place
+	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: psnA, Addr: fakeDevice, MTU: vroce.MTU1024},
+		vroce.AccessRemoteRead, long*mtu)
+	arrivals := responsesAt(peer, 4*long)
+	r := &rxeLike{t: t, network: network}
+	readAt := func(psn uint32, packets int) *wire.Packet {
+		return &wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadRequest, PSN: psn, AckReq: true},
+			RETH: wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: uint32(packets * mtu)}}
+	}
+	longGot := 0
+	// answered reads arrivals until psn's response comes, and returns
+	// the PSNs from psnB on that it saw in order (the rest it counts).
+	answered := func(psn uint32) []uint32 {
+		var got []uint32
+		for {
+			select {
+			case a := <-arrivals:
+				if a.psn >= psnB {
+					got = append(got, a.psn)
+				} else {
+					longGot++
+				}
+				if a.psn == psn {
+					return got
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no response for PSN %d; stats %+v", psn, qp.Stats())
+			}
+		}
+	}
+	r.sendAll(fakeSource, qp, 0, []*wire.Packet{readAt(psnA, long), readAt(psnB, replays)}, nil)
+	require.Len(t, answered(ePSN-1), replays)
+	require.Equal(t, long, longGot)
+
+	// Asked again from the second packet, long after the first left: the
+	// requester took little, and the rest is paced at the floor, 10,000
+	// packets a second, 0.2 s. The replays and the new READ go in the
+	// same batch, which the device takes in far less time.
+	flood := []*wire.Packet{readAt(psnA+1, long-1)}
+	for i := range replays {
+		flood = append(flood, readAt(psnB+uint32(i), 1))
+	}
+	flood = append(flood, readAt(ePSN, 1))
+	longGot = 0
+	r.sendAll(fakeSource, qp, 0, flood, nil)
+	waitFor(t, "the READs beyond the queue's room refused", func() bool { return qp.Stats().ReadsRefused == replays-room+1 })
+	assert.NotZero(t, qp.Stats().ReadPace, "the long answer paced")
+
+	var want []uint32
+	for i := range room {
+		want = append(want, psnB+uint32(i))
+	}
+	assert.Equal(t, want, answered(psnB+room-1), "the replays that found room, in order, and nothing refused")
+	assert.Equal(t, long-1, longGot, "the long answer, whole, before them")
+	r.send(fakeSource, qp, 0, readAt(ePSN, 1))
+	assert.Equal(t, []uint32{ePSN}, answered(ePSN), "the refused new READ, asked again")
+	r.send(fakeSource, qp, 0, readAt(psnB+replays-1, 1))
+	assert.Equal(t, []uint32{psnB + replays - 1}, answered(psnB+replays-1), "a refused replay, asked again")
+	assert.Equal(t, uint64(replays-room+1), qp.Stats().ReadsRefused)
+}

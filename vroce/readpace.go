@@ -41,6 +41,15 @@ import (
 // until the queue empties. A duplicate READ supersedes what is queued
 // from its PSN on: the requester asks again for all of that.
 //
+// The queue holds at most the READs the requester may have outstanding,
+// max_dest_rd_atomic: every answer in it is one the requester still
+// waits for, and a requester that keeps the limit it agreed to never
+// fills it. One that does not (a replay of READs at PSN after PSN, or new
+// READs while its answers wait) would grow it without bound, so a READ
+// that finds it full is not executed: it is dropped as if lost, and
+// counted (ReadsRefused). rxe bounds its READ resources the same way,
+// recycling them.
+//
 // A duplicate READ is read again (memory reads are idempotent), but it
 // costs us its whole length in responses for a few dozen bytes of
 // request: replayed, one 44-byte request drew 8 MiB. So the packets all
@@ -140,10 +149,24 @@ func (r *responder) answerRead(qp *QP, out *txBatch, s span, psn uint32, n int, 
 
 // answerDuplicateRead answers a duplicate READ at psn from s, n packets,
 // within the duplicate budget: queued, always, so that the budget paces
-// it.
+// it, unless the queue is full.
 func (r *responder) answerDuplicateRead(qp *QP, out *txBatch, s span, psn uint32, n int, now int64) {
+	if r.refuseRead(qp) {
+		return
+	}
 	r.pace.runs = append(r.pace.runs, readRun{s: s, psn: psn, n: n, end: n, msn: r.msn, dup: true})
 	r.pumpReads(qp, out, now)
+}
+
+// refuseRead reports whether a READ must be refused because the queue
+// holds as many answers as the requester may have READs outstanding,
+// and counts it.
+func (r *responder) refuseRead(qp *QP) bool {
+	if len(r.pace.runs) < max(qp.attr.MaxDestRdAtomic, 1) {
+		return false
+	}
+	qp.stats.ReadsRefused++
+	return true
 }
 
 // onReadLoss learns from a duplicate READ at psn, asking again from

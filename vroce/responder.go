@@ -322,6 +322,9 @@ func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch) {
 			}
 		}
 	case p.BTH.Opcode == wire.RCReadRequest:
+		if r.refuseRead(qp) {
+			return // as if lost: ePSN stays, the requester asks again
+		}
 		s, ok := r.readSpan(qp, p)
 		if !ok {
 			r.abort(qp, p, rb, wire.NAKRemoteAccessError, WCWRFlushErr)

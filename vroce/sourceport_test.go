@@ -40,27 +40,42 @@ func (r *rxeLike) send(src netip.AddrPort, qp *vroce.QP, id uint16, p *wire.Pack
 // sendWith is send, with edit applied to the packet last.
 func (r *rxeLike) sendWith(src netip.AddrPort, qp *vroce.QP, id uint16, p *wire.Packet, edit func(*wire.Packet)) {
 	r.t.Helper()
+	r.sendAll(src, qp, id, []*wire.Packet{p}, edit)
+}
+
+// sendAll sends ps to qp from src in one batch, each as sendWith sends
+// one (edit may be nil): the device receives them back to back, however
+// slow this goroutine is.
+func (r *rxeLike) sendAll(src netip.AddrPort, qp *vroce.QP, id uint16, ps []*wire.Packet, edit func(*wire.Packet)) {
+	r.t.Helper()
 	ep, err := r.network.Attach(src)
 	require.NoError(r.t, err)
 	defer ep.Close()
-	p.BTH.PKey, p.BTH.DestQP = wire.DefaultPKey, qp.QPN()
-	edit(p)
-	b := make([]byte, wire.Len(p.BTH.Opcode, len(p.Payload)))
-	_, err = p.Encode(b)
-	require.NoError(r.t, err)
-	var hs [wire.MaxHeaderSpace]byte
-	ip, udp, ok := wire.Flow{Src: src, Dst: qp.Device().LocalAddr()}.Headers(&hs, len(b))
-	require.True(r.t, ok)
-	binary.BigEndian.PutUint16(ip[4:], id)
-	crc, ok := wire.ICRC(ip, udp, b)
-	require.True(r.t, ok)
-	binary.LittleEndian.PutUint32(b[len(b)-wire.ICRCLen:], crc)
-	require.NoError(r.t, ep.Send([]vroce.Packet{{Data: b, Addr: qp.Device().LocalAddr()}}))
+	batch := make([]vroce.Packet, len(ps))
+	for i, p := range ps {
+		p.BTH.PKey, p.BTH.DestQP = wire.DefaultPKey, qp.QPN()
+		if edit != nil {
+			edit(p)
+		}
+		b := make([]byte, wire.Len(p.BTH.Opcode, len(p.Payload)))
+		_, err = p.Encode(b)
+		require.NoError(r.t, err)
+		var hs [wire.MaxHeaderSpace]byte
+		ip, udp, ok := wire.Flow{Src: src, Dst: qp.Device().LocalAddr()}.Headers(&hs, len(b))
+		require.True(r.t, ok)
+		binary.BigEndian.PutUint16(ip[4:], id)
+		crc, ok := wire.ICRC(ip, udp, b)
+		require.True(r.t, ok)
+		binary.LittleEndian.PutUint32(b[len(b)-wire.ICRCLen:], crc)
+		batch[i] = vroce.Packet{Data: b, Addr: qp.Device().LocalAddr()}
+	}
+	require.NoError(r.t, ep.Send(batch))
 }
 
 // qpTo opens a device on network and an RC QP on it, moved to RTS by
 // cm.Connect towards peer (whose first PSN is peer.PSN; ours is 100), with
-// an MR of size bytes the peer may access as access says.
+// an MR of size bytes the peer may access as access says. Each end may
+// have 16 READs outstanding, as perftest and rxe agree.
 func qpTo(t *testing.T, network *sim.Network, peer cm.Peer, access vroce.Access, size int) (*vroce.QP, *vroce.CQ, *vroce.MR) {
 	t.Helper()
 	dev, err := vroce.Open(vroce.Config{Provider: "sim", Addr: "10.0.0.2:4791", ProviderOptions: network})
@@ -72,7 +87,7 @@ func qpTo(t *testing.T, network *sim.Network, peer cm.Peer, access vroce.Access,
 	require.NoError(t, err)
 	qp, err := pd.CreateQP(vroce.QPInitAttr{Type: vroce.RC, SendCQ: cq, RecvCQ: cq, Cap: vroce.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
-	require.NoError(t, cm.Connect(qp, 100, peer, cm.Params{Access: access, MaxRdAtomic: 1}))
+	require.NoError(t, cm.Connect(qp, 100, peer, cm.Params{Access: access, MaxRdAtomic: 16}))
 	return qp, cq, mr
 }
 

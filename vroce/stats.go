@@ -89,6 +89,7 @@ func (s *QPStats) add(q QPStats) {
 	s.HeldDrops += q.HeldDrops
 	s.HeldBytes += q.HeldBytes
 	s.DupReadLimited += q.DupReadLimited
+	s.ReadsRefused += q.ReadsRefused
 	s.ReadResponsesSuperseded += q.ReadResponsesSuperseded
 	s.PeerBudgetStops += q.PeerBudgetStops
 	s.CWnd = max(s.CWnd, q.CWnd)
@@ -130,6 +131,10 @@ type QPStats struct {
 	// answer had yet to send when a duplicate READ asked again
 	// (readpace.go).
 	ReadResponsesSuperseded uint64
+	// ReadsRefused counts READ requests not executed because the QP's
+	// answers in waiting were as many as max_dest_rd_atomic: a requester
+	// that keeps the limit never meets it (readpace.go).
+	ReadsRefused uint64
 	// PeerBudgetStops counts the times the QP stopped sending because
 	// the device's QPs to its peer together had as much in flight as
 	// the peer's receive buffer is assumed to hold.

@@ -22,6 +22,7 @@ func refusals(d vroce.DeviceStats) map[string]uint64 {
 		"forged_responses": d.QPs.ForgedResponses,
 		"held_drops":       d.QPs.HeldDrops,
 		"dup_read_limited": d.QPs.DupReadLimited,
+		"reads_refused":    d.QPs.ReadsRefused,
 	}
 	for k, v := range all {
 		if v == 0 {
