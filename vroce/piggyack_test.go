@@ -61,8 +61,13 @@ func TestPiggyACKKeepsAMessageOneDatagram(t *testing.T) {
 			rb.deliver(t, wire.Packet{BTH: wire.BTH{Opcode: wire.RCSendOnly, PSN: benchRQPSN, AckReq: true}, Payload: []byte("request")}, rx)
 
 			require.NoError(t, qp.PostSend(SendWR{ID: 2, Opcode: c.op, SGL: []SGE{rb.mr.SGE(4096, c.length)}, RemoteAddr: 0x1000, RKey: 1, Flags: SendSignaled}))
+			// The post's packets come first; a loaded host may also
+			// have run the QP's loss probe (its floor is 1 ms of real
+			// time) before this looks, and sent one of them again.
 			sent, sizes := rb.sink.takeSized()
-			require.Len(t, sent, (c.length+1023)/1024)
+			n := (c.length + 1023) / 1024
+			require.GreaterOrEqual(t, len(sent), n)
+			sent, sizes = sent[:n], sizes[:n]
 			for i, p := range sent {
 				assert.Equal(t, i == c.carrier, p.BTH.PiggyACK, "packet %d (%v) carries the ACK", i, p.BTH.Opcode)
 				if p.BTH.PiggyACK {
