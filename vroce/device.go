@@ -73,6 +73,7 @@ type Device struct {
 	handlers  handlerQueue // CQ completion handlers due after a batch
 	yield     yieldGate    // owned by the receive turn's holder
 	sched     schedLatency // the scheduler's delay, which timers allow for
+	sending   sendStall    // whether a send of ours is stuck, which timers wait out
 	turn      receiveTurn  // who receives from the provider
 	done      chan struct{}
 	wg        sync.WaitGroup
@@ -405,9 +406,11 @@ func (d *Device) transmit(b *txBatch) {
 		}
 	}
 	d.stats.txPackets.Add(uint64(len(b.pkts)))
+	d.sending.begin(d.now())
 	if err := d.prov.Send(b.pkts); err != nil {
 		d.stats.txErrors.Add(1)
 	}
+	d.sending.end(d.now())
 	b.reset()
 }
 

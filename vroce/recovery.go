@@ -153,6 +153,23 @@ func (l *lossRecovery) onLossDetectionTimeout(now int64) timeoutKind {
 	return noTimeout
 }
 
+// holdPassed moves a passed RTO a whole armed RTO on from now, and drops
+// a passed probe (the next send arms one), while this host's own send is
+// stuck (sendStall): the packets they would judge may not have left. It
+// reports whether it held one. No backoff, no resend: the retry_cnt
+// deadline (requester.failAt) still runs, so a send stuck for good still
+// fails the QP.
+func (l *lossRecovery) holdPassed(now int64) bool {
+	held := false
+	if l.rtoAt != 0 && now >= l.rtoAt {
+		l.rtoAt, held = now+l.armedRTO, true
+	}
+	if l.probeAt != 0 && now >= l.probeAt {
+		l.probeAt, held = 0, true
+	}
+	return held
+}
+
 // onProgress hears that sndUna moved: the deadlines restart from the next
 // send. Karn: only an RTT measured on a packet sent once may shrink a
 // backed-off RTO. Progress on resent packets alone keeps it, or a host

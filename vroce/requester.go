@@ -511,7 +511,13 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 	if r.paceAt != 0 && now >= r.paceAt {
 		r.paceAt = 0
 	}
-	if r.sb.outstanding() {
+	if r.sb.outstanding() && qp.dev.sending.stalled(now) {
+		// What a passed deadline would count lost may still be in this
+		// host's stuck send: hold the deadlines until it returns.
+		if r.rec.holdPassed(now) {
+			qp.stats.SendStallHolds++
+		}
+	} else if r.sb.outstanding() {
 		switch r.rec.onLossDetectionTimeout(now) {
 		case firstTimeout:
 			qp.stats.Timeouts++

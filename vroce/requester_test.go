@@ -391,3 +391,34 @@ func TestAStalledTimerRetriesBeforeGivingUp(t *testing.T) {
 	s := rb.qp.Stats()
 	assert.GreaterOrEqual(t, s.Retransmits, uint64(1))
 }
+
+// TestTimersWaitOutAStuckSend: while a send of this device's has not
+// returned for over sendStallMin (the kernel stalled copying it, or a
+// full socket or ring), a passed RTO or probe is held, not acted on: the
+// packet it would resend may not have left. The positive control: once
+// the send returns, the deadline acts and resends the packet.
+func TestTimersWaitOutAStuckSend(t *testing.T) {
+	rb := newRequesterBench(t)
+	rb.write(t, 1024, t0)
+	require.Len(t, rb.sink.take(), 1)
+	rb.qp.mu.Lock()
+	rto := rb.qp.req.rec.armedRTO
+	rb.qp.mu.Unlock()
+	require.NotZero(t, rto)
+	stuck := &rb.qp.dev.sending
+	stuck.begin(t0) // a send since t0 that has not returned
+
+	for i, at := range []int64{t0 + 2*rto, t0 + 4*rto} {
+		rb.timer(at)
+		assert.Empty(t, rb.sink.take(), "nothing resent while the send is stuck (run %d)", i)
+		s := rb.qp.Stats()
+		assert.Zero(t, s.Timeouts+s.TailProbes+s.Retransmits)
+		assert.Equal(t, uint64(i+1), s.SendStallHolds)
+	}
+	stuck.end(t0 + 4*rto)
+	rb.timer(t0 + 8*rto)
+	assert.Equal(t, []uint32{benchSQPSN}, psns(rb.sink.take()), "resent once the send returned")
+	s := rb.qp.Stats()
+	assert.Equal(t, uint64(1), s.Timeouts)
+	assert.Equal(t, uint64(1), s.Retransmits)
+}

@@ -90,6 +90,7 @@ func (s *QPStats) add(q QPStats) {
 	s.HeldBytes += q.HeldBytes
 	s.DupReadLimited += q.DupReadLimited
 	s.ReadsRefused += q.ReadsRefused
+	s.SendStallHolds += q.SendStallHolds
 	s.ReadResponsesSuperseded += q.ReadResponsesSuperseded
 	s.PeerBudgetStops += q.PeerBudgetStops
 	s.CWnd = max(s.CWnd, q.CWnd)
@@ -131,6 +132,10 @@ type QPStats struct {
 	// answer had yet to send when a duplicate READ asked again
 	// (readpace.go).
 	ReadResponsesSuperseded uint64
+	// SendStallHolds counts loss deadlines (RTO or probe) that passed
+	// while this device's own send was stuck and were held, not acted on
+	// (sendstall.go).
+	SendStallHolds uint64
 	// ReadsRefused counts READ requests not executed because the QP's
 	// answers in waiting were as many as max_dest_rd_atomic: a requester
 	// that keeps the limit never meets it (readpace.go).

@@ -1,0 +1,43 @@
+package vroce
+
+import "sync/atomic"
+
+// sendStall tells whether this device's own send is stuck: a provider's
+// Send that has not returned, with none returning meanwhile, for at least
+// sendStallMin. A retransmission timer that fires then has learnt nothing
+// of the path, since the packets it would count lost may not have left
+// this host: a Send waits for room in the socket or a plugin's ring, and
+// the kernel can stall copying a batch into its buffers (5 ms and more
+// for 29 packets of 32 KiB in a VM, while loopback's timers resent what
+// had not yet left; docs/performance-history.md). The requester holds
+// its loss deadlines while it lasts (requester.onTimer).
+//
+// Device.transmit, the one place packets leave, begins and ends each
+// send; any goroutine may ask.
+type sendStall struct {
+	inFlight atomic.Int32
+	// moved is the device time the send path last moved: a send ended,
+	// or one began with none in flight.
+	moved atomic.Int64
+}
+
+// sendStallMin is how long a send must go without returning to count as
+// stuck: a batch's send takes microseconds.
+const sendStallMin = 1_000_000 // ns
+
+func (s *sendStall) begin(now int64) {
+	if s.inFlight.Add(1) == 1 {
+		s.moved.Store(now)
+	}
+}
+
+func (s *sendStall) end(now int64) {
+	s.moved.Store(now)
+	s.inFlight.Add(-1)
+}
+
+// stalled reports whether a send has been in flight at now, none having
+// returned, for sendStallMin or more.
+func (s *sendStall) stalled(now int64) bool {
+	return s.inFlight.Load() > 0 && now-s.moved.Load() >= sendStallMin
+}
