@@ -137,6 +137,9 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		{"perftest atomic_bw -q 2", config{params: params{Test: "atomic_bw", Iters: 100, QPs: 2}, Oob: "perftest"}, runPerftest},
 		// perftest's -D: the client runs by time, the server is passive.
 		{"perftest write_bw -D 1", config{params: params{Test: "write_bw", Size: 8192, Iters: 50}, Oob: "perftest", RunFor: 1}, runPerftest},
+		// perftest's -b: both ends move -n at once.
+		{"perftest write_bw -b", config{params: params{Test: "write_bw", Size: 8192, Iters: 300}, Oob: "perftest", Duplex: true}, runPerftest},
+		{"perftest read_bw -b -q 2", config{params: params{Test: "read_bw", Size: 8192, Iters: 300, QPs: 2}, Oob: "perftest", Duplex: true}, runPerftest},
 		// perftest's -a: every size from 2 B to 8 MiB, no sync between.
 		{"perftest write_bw -a", config{params: params{Test: "write_bw", Iters: 3}, Oob: "perftest", AllSizes: true}, runPerftest},
 		{"perftest read_bw -a", config{params: params{Test: "read_bw", Iters: 3}, Oob: "perftest", AllSizes: true}, runPerftest},

@@ -253,15 +253,25 @@ func ibMTUEnum(m vroce.MTU) int {
 	return c
 }
 
-// reports trades the five report fields: byte counts as 64-bit integers,
-// rates as doubles, all big-endian.
-func (p *pfConn) reports(size, iters int, peak, avg, rate float64) error {
-	for _, v := range []uint64{uint64(size), uint64(iters), math.Float64bits(peak), math.Float64bits(avg), math.Float64bits(rate)} {
-		if _, err := p.xchg(binary.BigEndian.AppendUint64(nil, v), 8); err != nil {
-			return err
+// pfReport is what perftest's ends trade after a bandwidth test.
+type pfReport struct {
+	size, iters     uint64
+	peak, avg, rate float64 // MiB/s, MiB/s, millions of messages a second
+}
+
+// reports trades the five report fields, ours for the peer's: byte
+// counts as 64-bit integers, rates as doubles, all big-endian.
+func (p *pfConn) reports(mine pfReport) (pfReport, error) {
+	var theirs [5]uint64
+	for i, v := range []uint64{mine.size, mine.iters, math.Float64bits(mine.peak), math.Float64bits(mine.avg), math.Float64bits(mine.rate)} {
+		b, err := p.xchg(binary.BigEndian.AppendUint64(nil, v), 8)
+		if err != nil {
+			return pfReport{}, err
 		}
+		theirs[i] = binary.BigEndian.Uint64(b)
 	}
-	return nil
+	return pfReport{size: theirs[0], iters: theirs[1], peak: math.Float64frombits(theirs[2]),
+		avg: math.Float64frombits(theirs[3]), rate: math.Float64frombits(theirs[4])}, nil
 }
 
 // runPerftest runs one end of ib_write_bw, ib_read_bw, ib_send_bw or
@@ -340,10 +350,12 @@ func runPerftest(cfg *config) error {
 		mines[i] = pfKeys{outReads: uint16(outReads), qpn: qps[i].QPN(), psn: randomPSN(),
 			rkey: mr.RKey(), vaddr: mr.Addr(), gid: local.As16()}
 	}
-	if cfg.Test == "write_lat" {
-		// The peer writes into the second half, which starts zeroed (no
+	if cfg.Test == "write_lat" || cfg.Duplex {
+		// The peer writes (or reads) in the second half, and we send
+		// (or read into) the first: with both ends moving data at once,
+		// ours never meets theirs. For write_lat it starts zeroed (no
 		// count of theirs: with --all, each size's count lands past
-		// what the smaller sizes wrote), and we send from the first.
+		// what the smaller sizes wrote).
 		clear(buf[bufSize:])
 		for i := range mines {
 			mines[i].vaddr += uint64(bufSize)
@@ -483,6 +495,20 @@ func runPerftest(cfg *config) error {
 				lat = nil
 			}
 		}
+	} else if cfg.Duplex {
+		// perftest's -b: both ends sync, both move -n, and each reports
+		// the sum of what the two measured.
+		if _, err := p.keys(mine); err != nil {
+			return err
+		}
+		if err := measure(); err != nil {
+			return err
+		}
+		theirs, err := p.reports(pfReport{uint64(size), uint64(count), peak, avg, rate})
+		if err != nil {
+			return err
+		}
+		peak, avg, rate = peak+theirs.peak, avg+theirs.avg, rate+theirs.rate
 	} else {
 		if p.client {
 			if err := measure(); err != nil {
@@ -492,7 +518,7 @@ func runPerftest(cfg *config) error {
 		if _, err := p.keys(mine); err != nil { // the client is done
 			return err
 		}
-		if err := p.reports(size, count, peak, avg, rate); err != nil {
+		if _, err := p.reports(pfReport{uint64(size), uint64(count), peak, avg, rate}); err != nil {
 			return err
 		}
 	}
@@ -523,7 +549,7 @@ func runPerftest(cfg *config) error {
 	}
 	if lat != nil {
 		lat.print(os.Stdout, cfg.JSON)
-	} else if (p.client || cfg.Test == "send_bw") && !cfg.AllSizes {
+	} else if (p.client || cfg.Test == "send_bw" || cfg.Duplex) && !cfg.AllSizes {
 		printBWHeader()
 		printBWLine(cfg.Size, count, peak, avg, rate)
 	}

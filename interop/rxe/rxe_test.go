@@ -425,6 +425,25 @@ func TestPerftestDurationClient(t *testing.T) {
 	}
 }
 
+// TestPerftestBidirectional: perftest's -b, both ends moving -n at
+// once and each reporting the sum: ib_write_bw and ib_read_bw in the
+// guest against vroce-perf with -b, each end as server and as client.
+// Both print a result line, the server too (without -b it only waits).
+func TestPerftestBidirectional(t *testing.T) {
+	g := needGuest(t)
+	for _, test := range []string{"write_bw", "read_bw"} {
+		t.Run(test, func(t *testing.T) {
+			e := perftest(test, "-b -s 8192 -n 200", false)
+			e.check = func(t *testing.T, _ bool, gout, out string) {
+				line := `(?m)^\s*8192\s+200\s+[0-9.]+\s+[0-9.]+`
+				assert.Regexp(t, line, gout, "the guest's report")
+				assert.Regexp(t, line, out, "vroce-perf's report")
+			}
+			bothWays(t, g, e)
+		})
+	}
+}
+
 // TestPerftestSendLat: ib_send_lat's ping-pong of padded 13-byte SENDs.
 func TestPerftestSendLat(t *testing.T) {
 	bothWays(t, needGuest(t), perftest("send_lat", "-n 20 -s 13", false))
