@@ -33,13 +33,21 @@ var (
 
 func newFakePeer(t *testing.T) *fakePeer {
 	t.Helper()
-	network := sim.NewNetwork(sim.Config{})
+	network, ep := fakePeerNetwork(t, sim.Config{})
+	qp, cq, mr := rcQPTo(t, network, fakeDevice, false)
+	return &fakePeer{rxeLike: &rxeLike{t: t, network: network}, ep: ep, qp: qp, cq: cq, mr: mr}
+}
+
+// fakePeerNetwork is a sim network of cfg with the fake peer's device
+// attached to it, both closed when the test ends.
+func fakePeerNetwork(t *testing.T, cfg sim.Config) (*sim.Network, *sim.Endpoint) {
+	t.Helper()
+	network := sim.NewNetwork(cfg)
 	t.Cleanup(network.Close)
 	ep, err := network.Attach(fakeDevice)
 	require.NoError(t, err)
 	t.Cleanup(func() { ep.Close() })
-	qp, cq, mr := rcQPTo(t, network, fakeDevice, false)
-	return &fakePeer{rxeLike: &rxeLike{t: t, network: network}, ep: ep, qp: qp, cq: cq, mr: mr}
+	return network, ep
 }
 
 // request reads the next request the QP sent.
@@ -232,11 +240,7 @@ func verbsSync(qp *vroce.QP) { _ = qp.State() }
 // flood gets less still.)
 func TestReplayedReadIsBounded(t *testing.T) {
 	// Room for everything the replays may draw, counted as it comes.
-	network := sim.NewNetwork(sim.Config{RecvQueue: 1 << 17})
-	t.Cleanup(network.Close)
-	peer, err := network.Attach(fakeDevice)
-	require.NoError(t, err)
-	t.Cleanup(func() { peer.Close() })
+	network, peer := fakePeerNetwork(t, sim.Config{RecvQueue: 1 << 17})
 	r := &rxeLike{t: t, network: network}
 	const packets = 4096
 	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: fakeDevice, MTU: vroce.MTU1024, SelectiveRepeat: true},
@@ -332,11 +336,7 @@ func TestReplayedReadIsBounded(t *testing.T) {
 // after the long one, and once the queue has drained the refused new
 // READ, asked again, is answered, as is a refused duplicate.
 func TestReadAnswersWaitingAreBounded(t *testing.T) {
-	network := sim.NewNetwork(sim.Config{RecvQueue: 1 << 14})
-	t.Cleanup(network.Close)
-	peer, err := network.Attach(fakeDevice)
-	require.NoError(t, err)
-	t.Cleanup(func() { peer.Close() })
+	network, peer := fakePeerNetwork(t, sim.Config{RecvQueue: 1 << 14})
 	const long, replays, mtu, psnA = 2048, 100, 1024, 100_000
 	const psnB = psnA + long    // a READ of replays packets, whose PSNs the replays reuse
 	const ePSN = psnB + replays // expected once both are answered

@@ -55,11 +55,7 @@ func responsesAt(peer vroce.Provider, queued int) <-chan arrival {
 // shows the responder what it took, and the later answers, paced, lose
 // a fraction of that. Every READ brings back the memory exactly.
 func TestLargeReadsPaceAfterALoss(t *testing.T) {
-	network := sim.NewNetwork(sim.Config{Rate: 20e6, QueueBytes: 64 << 10})
-	t.Cleanup(network.Close)
-	peer, err := network.Attach(fakeDevice)
-	require.NoError(t, err)
-	t.Cleanup(func() { peer.Close() })
+	network, peer := fakePeerNetwork(t, sim.Config{Rate: 20e6, QueueBytes: 64 << 10})
 	const packets, mtu = 1024, 1024
 	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: fakeDevice, MTU: vroce.MTU1024},
 		vroce.AccessRemoteRead, packets*mtu)
@@ -158,11 +154,7 @@ func TestLargeReadsPaceAfterALoss(t *testing.T) {
 // leave the requester waiting for its timer again), and after the first
 // round, which overruns the link, the answers are paced.
 func TestPipelinedLargeReadsPace(t *testing.T) {
-	network := sim.NewNetwork(sim.Config{Rate: 20e6, QueueBytes: 64 << 10})
-	t.Cleanup(network.Close)
-	peer, err := network.Attach(fakeDevice)
-	require.NoError(t, err)
-	t.Cleanup(func() { peer.Close() })
+	network, peer := fakePeerNetwork(t, sim.Config{Rate: 20e6, QueueBytes: 64 << 10})
 	const reads, packets, mtu = 4, 256, 1024
 	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: fakeDevice, MTU: vroce.MTU1024},
 		vroce.AccessRemoteRead, packets*mtu)
