@@ -137,6 +137,9 @@ type Info struct {
 	FastRetransmits  uint64
 	TailProbes       uint64
 	SpuriousTimeouts uint64
+	// SendStallHolds counts loss deadlines held because a send of this
+	// host's had not returned: the host stalled, not the path.
+	SendStallHolds uint64
 	// Why sending waited though the window was open: RNRWaits counts
 	// messages the peer refused for want of a posted receive (its shared
 	// receive queue ran dry; they are sent again after its RNR timer),
@@ -155,6 +158,6 @@ func (c *Conn) Info() Info {
 	c.s.mu.Unlock()
 	return Info{RTT: q.SRTT, MinRTT: q.MinRTT, Retransmits: q.Retransmits, Timeouts: q.Timeouts,
 		FastRetransmits: q.FastRetransmits, TailProbes: q.TailProbes, SpuriousTimeouts: q.SpuriousTimeouts,
-		RNRWaits: q.RNRNAKsRecv, PeerBudgetStops: q.PeerBudgetStops,
+		SendStallHolds: q.SendStallHolds, RNRWaits: q.RNRNAKsRecv, PeerBudgetStops: q.PeerBudgetStops,
 		CWnd: q.CWnd, MTU: int(c.s.qp.Attr().PathMTU), TxPackets: q.TxPackets, RxPackets: q.RxPackets, BytesIn: in, BytesOut: out}
 }

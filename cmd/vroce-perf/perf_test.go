@@ -89,6 +89,18 @@ func TestDeviceOpenLineNamesTheLaunchOnlyForAPlugin(t *testing.T) {
 	}
 }
 
+// Deadlines held for a stuck send are printed only when there were some.
+func TestStallHoldsPrintOnlyWhenThereWereSome(t *testing.T) {
+	for _, holds := range []uint64{0, 3} {
+		var out bytes.Buffer
+		r := &result{Test: "write_bw", Provider: "udp", Bytes: 65536, Iterations: 10, StallHolds: holds}
+		r.print(&out, false)
+		held := strings.Contains(out.String(), "loss deadlines held while a send of ours was stuck in this host 3\n")
+		assert.Equal(t, holds > 0, held, "%d holds:\n%s", holds, out.String())
+		assert.Equal(t, holds > 0, strings.Contains(out.String(), "held"), "%d holds", holds)
+	}
+}
+
 // -mtu's help names exactly the path MTUs vroce takes.
 func TestMTUChoicesAreTheValidMTUs(t *testing.T) {
 	named := map[int]bool{}

@@ -38,6 +38,9 @@ type result struct {
 	FastRetransmits uint64 `json:"fast_retransmits"`
 	TailProbes      uint64 `json:"tail_probes"`
 	Spurious        uint64 `json:"spurious_timeouts"`
+	// StallHolds: loss deadlines held because a send of this side's had
+	// not returned (the host, not the path, stalled).
+	StallHolds uint64 `json:"send_stall_holds"`
 	// RNRWaits: messages the peer refused for want of a posted receive,
 	// sent again after its RNR timer (a receiver that fell behind).
 	RNRWaits uint64 `json:"rnr_waits"`
@@ -124,6 +127,9 @@ func (r *result) print(w io.Writer, asJSON bool) {
 	if r.Provider != "tcp" {
 		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",
 			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, r.CWnd, r.SRTT)
+		if r.StallHolds > 0 {
+			fmt.Fprintf(w, " loss deadlines held while a send of ours was stuck in this host %d\n", r.StallHolds)
+		}
 		if r.RNRWaits > 0 {
 			fmt.Fprintf(w, " messages refused for want of a receive (RNR NAKs) %d\n", r.RNRWaits)
 		}

@@ -139,6 +139,7 @@ func (s *side) counters(r *result) {
 		r.FastRetransmits += st.FastRetransmits
 		r.TailProbes += st.TailProbes
 		r.Spurious += st.SpuriousTimeouts
+		r.StallHolds += st.SendStallHolds
 		r.RNRWaits += st.RNRNAKsRecv
 		r.ACKs += st.ACKsSent
 		r.PiggyACKs += st.PiggyACKsSent
