@@ -33,9 +33,15 @@ func (r *requester) onResponse(qp *QP, p *wire.Packet, now int64) {
 		return
 	}
 	// A READ response or an atomic ACK names a READ or atomic PSN in
-	// flight (rxe's check_psn); anything else is stale, or forged.
+	// flight (rxe's check_psn); anything else is stale (below sndUna: the
+	// second answer to a READ resent, its first already taken), or
+	// forged.
 	if !r.sb.awaitsResponse(psn) {
-		qp.stats.ForgedResponses++
+		if psnDiff(psn, r.sb.sndUna) < 0 {
+			qp.stats.StaleResponses++
+		} else {
+			qp.stats.ForgedResponses++
+		}
 		return
 	}
 	una, lost := r.sb.sndUna, r.sb.lostCount

@@ -57,3 +57,29 @@ func TestCompleterDropsAckForNothingSent(t *testing.T) {
 	assert.Equal(t, uint32(benchSQPSN), rb.qp.req.sb.sndUna)
 	assert.Equal(t, QPSRTS, rb.qp.State())
 }
+
+// A READ response naming a READ already done is counted stale (the second
+// answer to a READ sent again), one naming a PSN never sent forged; both
+// are dropped. The positive control: the first answer completes the READ.
+func TestCompleterTellsStaleResponsesFromForgedOnes(t *testing.T) {
+	rb := newRequesterBench(t)
+	qp, d := rb.qp, rb.qp.dev
+	require.NoError(t, qp.PostSend(SendWR{ID: 1, Opcode: WRRDMARead, Flags: SendSignaled, SGL: []SGE{rb.mr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 7}))
+	sent := rb.sink.take() // the READ, and on a loaded host perhaps its loss probe
+	require.NotEmpty(t, sent)
+	psn := sent[0].BTH.PSN
+	answer := func(psn uint32) {
+		rx := &rxBatch{out: d.getBatch()}
+		rb.deliver(t, wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadResponseOnly, PSN: psn},
+			AETH: wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: 1}, Payload: make([]byte, 64)}, rx)
+		d.settle(rx, false)
+		d.putBatch(rx.out)
+	}
+	answer(psn)
+	assert.Equal(t, WCSuccess, nextCompletion(t, qp.sendCQ).Status, "the READ done by its answer")
+	answer(psn)
+	answer(psnAdd(psn, 50))
+	s := qp.Stats()
+	assert.Equal(t, uint64(1), s.StaleResponses, "the answer again")
+	assert.Equal(t, uint64(1), s.ForgedResponses, "an answer to nothing sent")
+}

@@ -86,6 +86,7 @@ func (s *QPStats) add(q QPStats) {
 	s.TailProbes += q.TailProbes
 	s.SpuriousTimeouts += q.SpuriousTimeouts
 	s.ForgedResponses += q.ForgedResponses
+	s.StaleResponses += q.StaleResponses
 	s.HeldDrops += q.HeldDrops
 	s.HeldBytes += q.HeldBytes
 	s.DupReadLimited += q.DupReadLimited
@@ -125,9 +126,15 @@ type QPStats struct {
 	TailProbes       uint64 // tail-loss probes sent
 	SpuriousTimeouts uint64 // timeouts undone: the original packets had arrived
 	ForgedResponses  uint64 // dropped: a response (ACK, NAK, READ response, atomic ACK) naming no request in flight
-	HeldDrops        uint64 // out-of-order requests not kept: the QP's or the device's held bytes at their limit
-	HeldBytes        int    // what the QP's out-of-order requests hold now
-	DupReadLimited   uint64 // READ response packets a duplicate READ did not draw: sent at once, ahead of another request, past the QP's budget
+	// StaleResponses counts READ responses and atomic ACKs dropped for
+	// naming a request already done (a PSN below sndUna): most often the
+	// second answer to a READ sent again, which a spurious probe or
+	// timeout asks for. A forger can send those too; they are dropped
+	// the same way.
+	StaleResponses uint64
+	HeldDrops      uint64 // out-of-order requests not kept: the QP's or the device's held bytes at their limit
+	HeldBytes      int    // what the QP's out-of-order requests hold now
+	DupReadLimited uint64 // READ response packets a duplicate READ did not draw: sent at once, ahead of another request, past the QP's budget
 	// ReadResponsesSuperseded counts READ response packets a paced
 	// answer had yet to send when a duplicate READ asked again
 	// (readpace.go).
