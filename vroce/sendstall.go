@@ -25,10 +25,14 @@ type sendStall struct {
 // stuck: a batch's send takes microseconds.
 const sendStallMin = 1_000_000 // ns
 
+// begin marks a send's start. A send that finds none in flight stamps
+// moved before it counts itself, so that stalled never sees it in flight
+// with an old stamp (a device idle for a while would look stuck).
 func (s *sendStall) begin(now int64) {
-	if s.inFlight.Add(1) == 1 {
+	if s.inFlight.Load() == 0 {
 		s.moved.Store(now)
 	}
+	s.inFlight.Add(1)
 }
 
 func (s *sendStall) end(now int64) {
