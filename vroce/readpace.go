@@ -96,10 +96,9 @@ type readPacer struct {
 	rate float64     // packets a second; 0: unpaced
 	pace tokenBucket // at rate, holding at most readBurst
 	// dups meters what duplicates draw: dupReadBurst, refilled at
-	// dupReadRate (dupReadBudget); dupsUsed says it was ever drawn on.
-	dups     tokenBucket
-	dupsUsed bool
-	due      int64 // when the queue may send again (0: not waiting)
+	// dupReadRate (dupReadBudget); full from the responder's reset.
+	dups tokenBucket
+	due  int64 // when the queue may send again (0: not waiting)
 	// The large answers that began to leave lately, for a duplicate to
 	// find the one it asks inside of: several READs may be outstanding,
 	// and a loss in the first shows while the later ones leave.
@@ -337,12 +336,7 @@ func (r *responder) sendReadPackets(qp *QP, out *txBatch, run *readRun, to int) 
 // dupReadBudget takes up to n packets from the QP's duplicate READ
 // budget and returns how many it may send.
 func (r *responder) dupReadBudget(qp *QP, n int) int {
-	pc, now := &r.pace, qp.dev.now()
-	if !pc.dupsUsed {
-		pc.dups.fill(now, dupReadBurst)
-		pc.dupsUsed = true
-	} else {
-		pc.dups.refill(now, perNs(dupReadRate), dupReadBurst)
-	}
+	pc := &r.pace
+	pc.dups.refill(qp.dev.now(), perNs(dupReadRate), dupReadBurst)
 	return pc.dups.take(n)
 }

@@ -81,7 +81,7 @@ type atomicResult struct {
 
 func (r *responder) reset(qp *QP, psn uint32, sr bool) {
 	r.release(qp)
-	*r = responder{ePSN: psn, sr: sr}
+	*r = responder{ePSN: psn, sr: sr, pace: readPacer{dups: tokenBucket{tokens: dupReadBurst}}}
 }
 
 // release returns held packets' buffers to the device.
