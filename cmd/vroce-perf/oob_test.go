@@ -1,7 +1,11 @@
 package main
 
 import (
+	"io"
 	"net"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +155,11 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		{"rping", config{params: params{Test: "rping", Size: 64, Iters: 5}}, runRping},
 		{"udaddy", config{params: params{Test: "udaddy", Size: 100, Iters: 10}}, runUdaddy},
 	}
+	// checks look at what the two ends of a case printed.
+	checks := map[string]func(t *testing.T, printed string){
+		"perftest write_bw -b":     bothMoved(2, 300*2),
+		"perftest read_bw -b -q 2": bothMoved(4, 300*2),
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.cfg.TxDepth = 32 // the flag's default
@@ -160,6 +169,10 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 			cli.Port, cli.Server = srv.Port, "127.0.41.1"
 			require.NoError(t, cli.finish())
 			srv.DevAddr, cli.DevAddr = "127.0.41.1:4791", "127.0.41.2:4791"
+			if check := checks[c.name]; check != nil {
+				printed := captureStdout(t)
+				defer func() { check(t, printed()) }()
+			}
 			errc := make(chan error, 1)
 			go func() { errc <- c.run(&srv) }()
 			// The client tries again, as a person would, until the server
@@ -194,4 +207,43 @@ func TestRefusalsPrintOnlyWhatHappened(t *testing.T) {
 	d.QPs.ForgedResponses = 5
 	printRefusals(&b, refusals(d))
 	assert.Equal(t, " refused: bad_pkey 2, forged_responses 5\n", b.String())
+}
+
+// captureStdout sends what the process prints to stdout from now on to a
+// pipe; the function it returns restores stdout and returns what came.
+func captureStdout(t *testing.T) func() string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	saved := os.Stdout
+	os.Stdout = w
+	got := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		got <- string(b)
+	}()
+	return func() string {
+		os.Stdout = saved
+		w.Close()
+		out := <-got
+		r.Close()
+		return out
+	}
+}
+
+// bothMoved checks perftest's -b: each of the lines QPs' report (both
+// ends together) sent and received at least packets, so every QP moved
+// its own messages and took the other end's; without -b a server sends
+// only ACKs (WRITE) or receives only requests (READ).
+func bothMoved(lines, packets int) func(t *testing.T, printed string) {
+	return func(t *testing.T, printed string) {
+		m := regexp.MustCompile(`QPN 0x[0-9a-f]+: ([0-9]+) packets sent, ([0-9]+) received`).FindAllStringSubmatch(printed, -1)
+		require.Len(t, m, lines, "a QP report from each QP of each end:\n%s", printed)
+		for _, q := range m {
+			sent, _ := strconv.Atoi(q[1])
+			received, _ := strconv.Atoi(q[2])
+			assert.GreaterOrEqual(t, sent, packets, "sent: %s", q[0])
+			assert.GreaterOrEqual(t, received, packets, "received: %s", q[0])
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -428,9 +429,14 @@ func TestPerftestDurationClient(t *testing.T) {
 // TestPerftestBidirectional: perftest's -b, both ends moving -n at
 // once and each reporting the sum: ib_write_bw and ib_read_bw in the
 // guest against vroce-perf with -b, each end as server and as client.
-// Both print a result line, the server too (without -b it only waits).
+// Both print a result line, the server too (without -b it only waits),
+// and vroce-perf's QP sent and received at least the 1,600 packets of
+// 200 messages of 8 KiB at the 1024-byte MTU: its own and the guest's
+// (without -b a server sends only ACKs to WRITEs and receives only READ
+// requests).
 func TestPerftestBidirectional(t *testing.T) {
 	g := needGuest(t)
+	moved := regexp.MustCompile(`QPN 0x[0-9a-f]+: ([0-9]+) packets sent, ([0-9]+) received`)
 	for _, test := range []string{"write_bw", "read_bw"} {
 		t.Run(test, func(t *testing.T) {
 			e := perftest(test, "-b -s 8192 -n 200", false)
@@ -438,6 +444,12 @@ func TestPerftestBidirectional(t *testing.T) {
 				line := `(?m)^\s*8192\s+200\s+[0-9.]+\s+[0-9.]+`
 				assert.Regexp(t, line, gout, "the guest's report")
 				assert.Regexp(t, line, out, "vroce-perf's report")
+				m := moved.FindStringSubmatch(out)
+				require.NotNil(t, m, "vroce-perf's QP report:\n%s", out)
+				sent, _ := strconv.Atoi(m[1])
+				received, _ := strconv.Atoi(m[2])
+				assert.GreaterOrEqual(t, sent, 1600, m[0])
+				assert.GreaterOrEqual(t, received, 1600, m[0])
 			}
 			bothWays(t, g, e)
 		})
