@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,7 +64,29 @@ func needGuest(t *testing.T) *guest {
 	case bootErr != nil:
 		t.Fatalf("booting the Soft-RoCE guest: %v", bootErr)
 	}
+	warmUp.Do(func() { warm(t, theGuest) })
 	return theGuest
+}
+
+// warmUp runs one exchange before the first case.
+var warmUp sync.Once
+
+// warm runs the RC ping-pong once, uncounted, so that the guest's
+// emulator has translated rxe's send, receive and completion paths
+// before a case counts rxe's retries. On the first exchange after boot
+// those paths run at first-translation speed, and rxe's 67 ms
+// retransmit timer (ibv_rc_pingpong's timeout 14, armed when rxe hands
+// the packets down) can expire before the guest has read an ACK that
+// reached its tap in time: one CI run of eight failed so, on
+// completer_retry_err 1 (docs/performance-history.md). Its outcome is
+// only logged: the cases that follow assert the same exchange.
+func warm(t *testing.T, g *guest) {
+	t.Helper()
+	srv := g.start(t, "ibv_rc_pingpong -g 1 -n 10 -s 4096")
+	g.waitListening(t, 18515)
+	out, err := hostClient(g, "send_lat", "--oob", "pingpong", "-n", "10", "-s", "4096", devAddr, guestIP)
+	rc, gout := srv.wait(t, 60*time.Second)
+	t.Logf("warm-up ping-pong before the first case: guest status %d, vroce-perf error %v\n%s%s", rc, err, gout, out)
 }
 
 // hostServer starts vroce-perf as a server in the namespace and waits
