@@ -81,7 +81,7 @@ type config struct {
 	SRQ       bool   // --oob pingpong: ibv_srq_pingpong, --qps QPs on one SRQ
 	AllSizes  bool   // --oob perftest: every size from 2 B to 8 MiB, as perftest's -a
 	RunFor    int    // --oob perftest client of write_bw or read_bw: seconds to run instead of -n, as perftest's -D
-	Duplex    bool   // --oob perftest write_bw or read_bw: both ends move -n, as perftest's -b
+	Duplex    bool   // --oob perftest write_bw, read_bw or send_bw: both ends move -n, as perftest's -b
 	quietProg bool
 }
 
@@ -217,7 +217,7 @@ func defineFlags(c *config) {
 	fs.BoolVar(&c.RDMACM, "R", false, "same as --rdma-cm")
 	fs.BoolVar(&c.AllSizes, "all", false, "--oob perftest with write_bw, read_bw, write_lat or read_lat: every size from 2 bytes to 8 MiB, -n of each (perftest's -a)")
 	fs.BoolVar(&c.AllSizes, "a", false, "same as --all")
-	fs.BoolVar(&c.Duplex, "bidirectional", false, "--oob perftest with write_bw or read_bw: both ends move -n at once, and each prints the sum (perftest's -b, given to both)")
+	fs.BoolVar(&c.Duplex, "bidirectional", false, "--oob perftest with write_bw, read_bw or send_bw: both ends move -n at once, and each prints the sum (perftest's -b, given to both)")
 	fs.BoolVar(&c.Duplex, "b", false, "same as --bidirectional")
 	fs.IntVar(&c.RunFor, "D", 0, "--oob perftest with write_bw or read_bw: the client runs this many seconds instead of -n (perftest's -D; a server, passive, takes it and needs none)")
 	fs.StringVar(&c.DevAddr, "dev-addr", "", "the device's local address host:port (default :4791 for a server, :0 for a client, 127.0.0.1:0 with --loopback)")
@@ -278,8 +278,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("--all goes with --oob perftest and write_bw, read_bw, write_lat or read_lat (perftest's -a)")
 	case c.RunFor < 0 || c.RunFor > 0 && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw" || c.AllSizes):
 		return fmt.Errorf("-D goes with --oob perftest and write_bw or read_bw, without --all (perftest's -D), and counts seconds")
-	case c.Duplex && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw" || c.AllSizes || c.RunFor > 0 || c.RDMACM):
-		return fmt.Errorf("-b goes with --oob perftest and write_bw or read_bw, without --all, -D or --rdma-cm (perftest's -b)")
+	case c.Duplex && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw" && c.Test != "send_bw" || c.AllSizes || c.RunFor > 0 || c.RDMACM):
+		return fmt.Errorf("-b goes with --oob perftest and write_bw, read_bw or send_bw, without --all, -D or --rdma-cm (perftest's -b)")
 	case c.Oob == "perftest" && c.RDMACM && (!pfRDMACMTests[c.Test] || c.QPs > 1):
 		return fmt.Errorf("--rdma-cm: write_bw, read_bw, send_bw or send_lat, with one QP")
 	case c.Oob == "pingpong" && (c.Test != "send_lat" || c.Loopback):

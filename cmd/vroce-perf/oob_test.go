@@ -144,6 +144,8 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		// perftest's -b: both ends move -n at once.
 		{"perftest write_bw -b", config{params: params{Test: "write_bw", Size: 8192, Iters: 300}, Oob: "perftest", Duplex: true}, runPerftest},
 		{"perftest read_bw -b -q 2", config{params: params{Test: "read_bw", Size: 8192, Iters: 300, QPs: 2}, Oob: "perftest", Duplex: true}, runPerftest},
+		// send_bw -b: each end posts its receives, sends and receives.
+		{"perftest send_bw -b -q 2", config{params: params{Test: "send_bw", Size: 8192, Iters: 300, QPs: 2}, Oob: "perftest", Duplex: true}, runPerftest},
 		// perftest's -a: every size from 2 B to 8 MiB, no sync between.
 		{"perftest write_bw -a", config{params: params{Test: "write_bw", Iters: 3}, Oob: "perftest", AllSizes: true}, runPerftest},
 		{"perftest read_bw -a", config{params: params{Test: "read_bw", Iters: 3}, Oob: "perftest", AllSizes: true}, runPerftest},
@@ -159,6 +161,7 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 	checks := map[string]func(t *testing.T, printed string){
 		"perftest write_bw -b":     bothMoved(2, 300*2),
 		"perftest read_bw -b -q 2": bothMoved(4, 300*2),
+		"perftest send_bw -b -q 2": bothMoved(4, 300*2),
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -122,9 +122,9 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{params: params{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "rdma"}},
 		{params: params{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "cm", Compare: "tcp"}},
 		{params: params{Test: "conn_rate", QPs: 10, TxDepth: 1, Mode: "cm", Backlog: -1}},
-		// perftest's -b: write_bw and read_bw, over the TCP exchange.
+		// perftest's -b: write_bw, read_bw and send_bw, over the TCP exchange.
 		{params: params{Test: "write_bw", QPs: 1, TxDepth: 1}, Duplex: true},
-		{params: params{Test: "send_bw", QPs: 1, TxDepth: 1}, Oob: "perftest", Duplex: true},
+		{params: params{Test: "atomic_bw", QPs: 1, TxDepth: 1, Size: 8}, Oob: "perftest", Duplex: true},
 		{params: params{Test: "write_bw", QPs: 1, TxDepth: 1}, Oob: "perftest", Duplex: true, AllSizes: true},
 		{params: params{Test: "read_bw", QPs: 1, TxDepth: 1}, Oob: "perftest", Duplex: true, RDMACM: true},
 	} {

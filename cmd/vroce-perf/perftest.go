@@ -457,22 +457,6 @@ func runPerftest(cfg *config) error {
 		}
 		pp.peer = ppDest{qpn: peer.qpn, gid: peer.gid}
 		pp.report(os.Stdout, time.Since(start))
-	} else if cfg.Test == "send_bw" {
-		// The server posts its receives, both ends sync, the client
-		// sends and the server receives; no reports are traded.
-		if !p.client {
-			for _, qp := range qps {
-				if err := pfPostRecvs(qp, mr, cfg); err != nil {
-					return err
-				}
-			}
-		}
-		if _, err := p.keys(mine); err != nil {
-			return err
-		}
-		if err := measure(); err != nil {
-			return err
-		}
 	} else if cfg.Test == "write_lat" || cfg.Test == "read_lat" || cfg.Test == "atomic_lat" {
 		// write_lat: both ends play ping-pong. read_lat and atomic_lat:
 		// the client reads or adds one operation at a time while the
@@ -497,7 +481,13 @@ func runPerftest(cfg *config) error {
 		}
 	} else if cfg.Duplex {
 		// perftest's -b: both ends sync, both move -n, and each reports
-		// the sum of what the two measured.
+		// the sum of what the two measured. With send_bw each end posts
+		// its receives before the sync.
+		if cfg.Test == "send_bw" {
+			if err := pfPostRecvs(qps, mr, cfg); err != nil {
+				return err
+			}
+		}
 		if _, err := p.keys(mine); err != nil {
 			return err
 		}
@@ -509,6 +499,20 @@ func runPerftest(cfg *config) error {
 			return err
 		}
 		peak, avg, rate = peak+theirs.peak, avg+theirs.avg, rate+theirs.rate
+	} else if cfg.Test == "send_bw" {
+		// The server posts its receives, both ends sync, the client
+		// sends and the server receives; no reports are traded.
+		if !p.client {
+			if err := pfPostRecvs(qps, mr, cfg); err != nil {
+				return err
+			}
+		}
+		if _, err := p.keys(mine); err != nil {
+			return err
+		}
+		if err := measure(); err != nil {
+			return err
+		}
 	} else {
 		if p.client {
 			if err := measure(); err != nil {
@@ -634,24 +638,37 @@ func printBWLine(size, iters int, peak, avg, rate float64) {
 // rx-depth).
 const pfRecvs = 512
 
-// pfPostRecvs posts a send_bw server's receives, each into the start of
-// its buffer, as perftest does.
-func pfPostRecvs(qp *vroce.QP, mr *vroce.MR, cfg *config) error {
-	for i := range min(cfg.Iters, pfRecvs) {
-		if err := qp.PostRecv(vroce.RecvWR{ID: uint64(i), SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}}); err != nil {
-			return err
+// pfRecvSGE is where a send_bw receive lands: the start of the buffer,
+// as perftest's, or with -b the start of its second half, clear of the
+// first half our own SENDs read from.
+func pfRecvSGE(mr *vroce.MR, cfg *config) vroce.SGE {
+	if cfg.Duplex {
+		return mr.SGE(mr.Len()/2, cfg.Size)
+	}
+	return mr.SGE(0, cfg.Size)
+}
+
+// pfPostRecvs posts on every QP the receives a send_bw server (or with
+// -b, either end) keeps posted before the test starts.
+func pfPostRecvs(qps []*vroce.QP, mr *vroce.MR, cfg *config) error {
+	for _, qp := range qps {
+		for i := range min(cfg.Iters, pfRecvs) {
+			if err := qp.PostRecv(vroce.RecvWR{ID: uint64(i), SGL: []vroce.SGE{pfRecvSGE(mr, cfg)}}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// pfRun moves the test's messages: on each QP, the client's -n WRITEs,
-// READs, SENDs or fetch-and-adds, tx-depth at a time, all to the start
-// of the peer's buffer that QP was given; a send_bw server's receives,
-// posted again as they complete while more are due.
-// pfRun moves the test's messages on every QP at once, each QP keeping
-// -t of them in flight, and returns how many completed: -n a QP, or with
-// -D as many as the client posted in that many seconds.
+// pfRun moves the test's messages on every QP at once and returns how
+// many completed: the client's -n WRITEs, READs, SENDs or
+// fetch-and-adds a QP, -t of them in flight, all to the start of the
+// peer's buffer that QP was given (with -D, as many as it posted in
+// that many seconds); a send_bw server's -n receives a QP, posted again
+// as they complete while more are due. With send_bw -b each end does
+// both, as perftest's run_iter_bi: the server sends only once its first
+// receive has come, and pfRun counts what this end sent.
 func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfKeys) (int, error) {
 	op := vroce.WRRDMAWrite
 	switch cfg.Test {
@@ -668,8 +685,11 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 	if op == vroce.WRAtomicFetchAndAdd && len(qps) == 1 {
 		adds = &fetchedSequence{}
 	}
-	receiving := cfg.Test == "send_bw" && cfg.Server == ""
-	timed := cfg.RunFor > 0 && !receiving
+	server := cfg.Server == ""
+	receiving := cfg.Test == "send_bw" && (server || cfg.Duplex)
+	sending := cfg.Test != "send_bw" || !server || cfg.Duplex
+	sendsHeld := sending && receiving && server // until the first receive
+	timed := cfg.RunFor > 0 && sending
 	runFor := time.Duration(cfg.RunFor) * time.Second
 	deadline := time.Now().Add(runFor)
 	limit := time.Duration(cfg.Iters*len(qps))*time.Second + 30*time.Second
@@ -679,11 +699,12 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	index := make(map[uint32]int, len(qps))
-	posted, done := make([]int, len(qps)), make([]int, len(qps))
+	sent, sendsDone := make([]int, len(qps)), make([]int, len(qps))
+	recvsPosted, recvsDone := make([]int, len(qps)), make([]int, len(qps))
 	for i, qp := range qps {
 		index[qp.QPN()] = i
 		if receiving {
-			posted[i] = min(cfg.Iters, pfRecvs)
+			recvsPosted[i] = min(cfg.Iters, pfRecvs)
 		}
 	}
 	// more says whether QP i posts another message.
@@ -691,61 +712,85 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 		if timed {
 			return time.Now().Before(deadline)
 		}
-		return posted[i] < cfg.Iters
+		return sent[i] < cfg.Iters
 	}
 	wcs := make([]vroce.WorkCompletion, 64)
-	total, inFlight := 0, 0
-	for left := cfg.Iters * len(qps); ; {
+	sendsTotal, recvsTotal, inFlight := 0, 0, 0
+	sendsLeft, recvsLeft := 0, 0
+	if sending {
+		sendsLeft = cfg.Iters * len(qps)
+	}
+	if receiving {
+		recvsLeft = cfg.Iters * len(qps)
+	}
+	total := func() int {
+		if sending {
+			return sendsTotal
+		}
+		return recvsTotal
+	}
+	for {
 		for i, qp := range qps {
-			for !receiving && posted[i]-done[i] < cfg.TxDepth && more(i) {
-				wr := vroce.SendWR{ID: uint64(posted[i]), Opcode: op, Flags: vroce.SendSignaled,
+			for sending && !sendsHeld && sent[i]-sendsDone[i] < cfg.TxDepth && more(i) {
+				wr := vroce.SendWR{ID: uint64(sent[i]), Opcode: op, Flags: vroce.SendSignaled,
 					SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}, RemoteAddr: peers[i].vaddr, RKey: peers[i].rkey}
 				if op == vroce.WRAtomicFetchAndAdd {
 					wr.CompareAdd = 1
 					if adds != nil {
-						wr.SGL[0] = adds.slot(mr, posted[i])
+						wr.SGL[0] = adds.slot(mr, sent[i])
 					}
 				}
 				if err := qp.PostSend(wr); err != nil {
-					return total, err
+					return total(), err
 				}
-				posted[i]++
+				sent[i]++
 				inFlight++
 			}
 		}
-		if timed && inFlight == 0 || !timed && left == 0 {
-			return total, nil
+		switch {
+		case timed && inFlight == 0:
+			return total(), nil
+		case !timed && sendsLeft == 0 && recvsLeft == 0:
+			return total(), nil
 		}
 		n, err := cq.PollWait(ctx, wcs)
 		if err != nil {
-			return total, fmt.Errorf("perftest: %d done: %w (QP %v, %+v)", total, err, qps[0].State(), qps[0].Stats())
+			return total(), fmt.Errorf("perftest: %d sent, %d received: %w (QP %v, %+v)", sendsTotal, recvsTotal, err, qps[0].State(), qps[0].Stats())
 		}
 		for _, wc := range wcs[:n] {
 			i, ok := index[wc.QPN]
+			isRecv := wc.Opcode == vroce.WCRecv
 			switch {
 			case !ok:
-				return total, fmt.Errorf("perftest: a completion names QPN %#x, none of ours", wc.QPN)
+				return total(), fmt.Errorf("perftest: a completion names QPN %#x, none of ours", wc.QPN)
 			case wc.Status != vroce.WCSuccess:
-				return total, fmt.Errorf("perftest: %v %d on QP %d failed: %v", wc.Opcode, wc.ID, i, wc.Status)
-			case receiving && int(wc.ByteLen) != cfg.Size:
-				return total, fmt.Errorf("perftest: receive %d on QP %d brought %d bytes, want %d", done[i], i, wc.ByteLen, cfg.Size)
+				return total(), fmt.Errorf("perftest: %v %d on QP %d failed: %v", wc.Opcode, wc.ID, i, wc.Status)
+			case isRecv && !receiving:
+				return total(), fmt.Errorf("perftest: QP %d received a message in a test that sends none to it", i)
+			case isRecv && int(wc.ByteLen) != cfg.Size:
+				return total(), fmt.Errorf("perftest: receive %d on QP %d brought %d bytes, want %d", recvsDone[i], i, wc.ByteLen, cfg.Size)
 			}
-			if adds != nil {
-				if err := adds.check(mr, int(wc.ID)); err != nil {
-					return total, err
+			if !isRecv {
+				if adds != nil {
+					if err := adds.check(mr, int(wc.ID)); err != nil {
+						return total(), err
+					}
 				}
-			}
-			done[i]++
-			total++
-			left--
-			if !receiving {
+				sendsDone[i]++
+				sendsTotal++
+				sendsLeft--
 				inFlight--
+				continue
 			}
-			if receiving && posted[i] < cfg.Iters {
-				if err := qps[i].PostRecv(vroce.RecvWR{ID: uint64(posted[i]), SGL: []vroce.SGE{mr.SGE(0, cfg.Size)}}); err != nil {
-					return total, err
+			sendsHeld = false
+			recvsDone[i]++
+			recvsTotal++
+			recvsLeft--
+			if recvsPosted[i] < cfg.Iters {
+				if err := qps[i].PostRecv(vroce.RecvWR{ID: uint64(recvsPosted[i]), SGL: []vroce.SGE{pfRecvSGE(mr, cfg)}}); err != nil {
+					return total(), err
 				}
-				posted[i]++
+				recvsPosted[i]++
 			}
 		}
 	}

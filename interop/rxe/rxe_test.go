@@ -450,19 +450,23 @@ func TestPerftestDurationClient(t *testing.T) {
 }
 
 // TestPerftestBidirectional: perftest's -b, both ends moving -n at
-// once and each reporting the sum: ib_write_bw and ib_read_bw in the
-// guest against vroce-perf with -b, each end as server and as client.
-// Both print a result line, the server too (without -b it only waits),
-// and vroce-perf's QP sent and received at least the 1,600 packets of
-// 200 messages of 8 KiB at the 1024-byte MTU: its own and the guest's
-// (without -b a server sends only ACKs to WRITEs and receives only READ
-// requests).
+// once and each reporting the sum: ib_write_bw, ib_read_bw and
+// ib_send_bw in the guest against vroce-perf with -b, each end as server
+// and as client. Both print a result line, the server too (without -b
+// it only waits), and vroce-perf's QP sent and received at least the
+// 1,600 packets of 200 messages of 8 KiB at the 1024-byte MTU: its own
+// and the guest's (without -b a server sends only ACKs to WRITEs and
+// receives only READ requests). With SENDs rxe also counts 200 sent
+// and 200 received, none retried.
 func TestPerftestBidirectional(t *testing.T) {
 	g := needGuest(t)
 	moved := regexp.MustCompile(`QPN 0x[0-9a-f]+: ([0-9]+) packets sent, ([0-9]+) received`)
-	for _, test := range []string{"write_bw", "read_bw"} {
+	for _, test := range []string{"write_bw", "read_bw", "send_bw"} {
 		t.Run(test, func(t *testing.T) {
 			e := perftest(test, "-b -s 8192 -n 200", false)
+			if test == "send_bw" {
+				e.sends, e.recvs = 200, 200
+			}
 			e.check = func(t *testing.T, _ bool, gout, out string) {
 				line := `(?m)^\s*8192\s+200\s+[0-9.]+\s+[0-9.]+`
 				assert.Regexp(t, line, gout, "the guest's report")
