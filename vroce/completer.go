@@ -170,20 +170,49 @@ func (r *requester) takeAck(qp *QP, a ack, now int64) {
 
 // ackThrough records a cumulative ACK through psn: every SEND and WRITE
 // PSN up to it is delivered, READ responses below it that have not come
-// were lost (the responder sent them before this ACK), a resend
-// acknowledged sooner than it could have been undoes the timeout that
-// sent it, and the newest PSN sent once gives an RTT sample.
+// were lost (the responder sent them before this ACK), a collapse of the
+// window awaiting judgement is judged, and the newest PSN sent once
+// gives an RTT sample.
 func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 	res := r.sb.ackThrough(psn, now, r.rec.rtt.SRTT, r.rec.rtt.MinRTT)
 	if res.readsLost > 0 {
 		r.rec.lossProven(now)
 	}
-	if r.rec.spurious(res.resentSentAt, now) && r.cc.undoTimeout() {
-		qp.stats.SpuriousTimeouts++
-		r.rec.onSpuriousTimeout()
-	}
+	r.judgeTimeout(qp, psn, res, now)
 	if res.sampleSentAt != 0 {
 		r.rec.sample(now - res.sampleSentAt)
+	}
+}
+
+// judgeTimeout decides, from a cumulative ACK through psn, whether the
+// repeated timeout that collapsed the window was spurious. What keeps
+// every ACK away for two RTOs is most often a stalled host, not the
+// path: a receiver whose vCPU the hypervisor took for milliseconds reads
+// the whole flight from its socket when it runs again. Between two
+// namespaces at MTU 1500, in minutes when the hypervisor took 5-15% of
+// the CPUs, bulk streams met 30-190 timeouts a run and fell to a tenth
+// of their rate, while kernel TCP, whose ACKs leave from the sender's
+// softirq, kept its own. The collapse is undone on either proof that the
+// flight had arrived:
+//   - F-RTO's (RFC 5682): the ACK covers a PSN still queued to be sent
+//     again and not SACKed before, so its first copy arrived. The
+//     collapse resends one pacer's burst at once, and a stalled
+//     receiver's first batch reaches past it;
+//   - Eifel's (lossRecovery.spurious): it covers a resend sooner than
+//     one could be answered, as a receiver still reading its backlog
+//     does after an ACK that opened the window to resend the rest.
+//
+// Until one comes the collapse awaits judgement; the ACK that passes
+// its flight with neither confirms it.
+func (r *requester) judgeTimeout(qp *QP, psn uint32, res ackResult, now int64) {
+	switch {
+	case r.cc.timeoutJudged():
+	case res.lostArrived > 0 || r.rec.spurious(res.resentSentAt, now):
+		r.cc.undoTimeout()
+		qp.stats.SpuriousTimeouts++
+		r.rec.onSpuriousTimeout()
+	case psnDiff(psn, r.rec.collapsedThrough) >= 0:
+		r.cc.confirmTimeout()
 	}
 }
 

@@ -66,8 +66,9 @@ type congestion struct {
 	// delivered and lost in this round and the last.
 	lastRTT, lastTarget int64
 	round               lossRound
-	// undo is the window before the last timeout, kept while the timeout
-	// may still prove spurious (undoTimeout); 0 once it cannot.
+	// undo is the window before the timeout that collapsed it, kept
+	// while the requester has not judged that timeout (undoTimeout if it
+	// proves spurious, confirmTimeout if not); 0 when none awaits.
 	undo float64
 }
 
@@ -140,9 +141,6 @@ func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
 		c.lastDecrease, c.slowStart = now, false
 	}
 	c.cwnd = min(max(c.cwnd, minWindow), maxWindow)
-	if c.undo != 0 && c.slowStart {
-		c.undo = 0 // the resends are being acknowledged: the timeout was real
-	}
 }
 
 // onLoss hears of losses, lost of them, and trims the window by an
@@ -192,6 +190,10 @@ func (c *congestion) onTimeout(now int64) {
 	c.cwnd, c.lastDecrease, c.slowStart = minWindow, now, true
 }
 
+// timeoutJudged reports whether no collapse awaits the requester's
+// verdict.
+func (c *congestion) timeoutJudged() bool { return c.undo == 0 }
+
 // undoTimeout restores the window a timeout collapsed, once the timeout
 // proves spurious; it reports whether there was one to undo.
 func (c *congestion) undoTimeout() bool {
@@ -202,6 +204,9 @@ func (c *congestion) undoTimeout() bool {
 	c.undo = 0
 	return true
 }
+
+// confirmTimeout keeps the collapse: the timeout proved real.
+func (c *congestion) confirmTimeout() { c.undo = 0 }
 
 // pace reports whether one more packet may leave at now; if not, when it
 // may. The pacer refills at cwnd packets per srtt, holding at most a burst.

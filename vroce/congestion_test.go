@@ -178,8 +178,7 @@ func TestLossWithDelayIsCongestive(t *testing.T) {
 }
 
 // A timeout that proves spurious gives back the window it collapsed; once
-// the resends are acknowledged in slow start, it was real and cannot be
-// undone.
+// the requester confirms it, it cannot be undone.
 func TestCongestionUndoesASpuriousTimeout(t *testing.T) {
 	var c congestion
 	c.init()
@@ -193,6 +192,9 @@ func TestCongestionUndoesASpuriousTimeout(t *testing.T) {
 
 	c.onTimeout(2000)
 	c.onAck(1, 0, 10_000, 10_000, 3000) // a resend acknowledged in slow start
+	assert.False(t, c.timeoutJudged(), "an ACK alone judges nothing: the requester does")
+	c.confirmTimeout()
+	assert.True(t, c.timeoutJudged())
 	assert.False(t, c.undoTimeout(), "the timeout was real")
 	assert.Less(t, c.cwnd, 100.0)
 }

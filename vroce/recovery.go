@@ -34,6 +34,11 @@ type lossRecovery struct {
 	lossAt, lossUndo int64
 	probedPSN        uint32
 	suspected        bool
+	// collapsedThrough is the newest PSN in flight when a repeated
+	// timeout collapsed the window: the cumulative ACK that passes it
+	// ends the wait for evidence that the timeout was spurious
+	// (requester.judgeTimeout).
+	collapsedThrough uint32
 }
 
 // timeoutKind is what a passed loss-detection deadline calls for.

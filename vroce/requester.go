@@ -529,6 +529,7 @@ func (r *requester) onTimer(qp *QP, now int64, b *txBatch) {
 			qp.stats.Timeouts++
 			r.sb.markLostFrom(r.sb.sndUna)
 			r.rec.lossProven(now)
+			r.rec.collapsedThrough = psnAdd(r.sb.sndMax, -1)
 			r.cc.onTimeout(now)
 		case probeTimeout:
 			// Two RTTs passed without news. Resend the oldest packet the

@@ -196,6 +196,105 @@ func TestRequesterTimersProbeThenTimeOut(t *testing.T) {
 	assert.Equal(t, 2, r.rec.backoff)
 }
 
+// collapseAfterAStall sends a flight of n 1 KiB packets in a window of
+// n, lets no ACK come until the second timeout collapses the window, and
+// returns when that timeout fired; the collapse resends what its pacer
+// lets go at once (a burst).
+func collapseAfterAStall(t *testing.T, rb *requesterBench, n int) (at int64) {
+	t.Helper()
+	r := &rb.qp.req
+	rb.qp.mu.Lock()
+	r.cc.cwnd = float64(n)
+	rb.qp.mu.Unlock()
+	rb.write(t, n<<10, t0)
+	require.Equal(t, psnRange(benchSQPSN, n), psns(rb.sink.take()))
+	rb.timer(t0 + quietProbeFloor)
+	rb.timer(t0 + minRTO)
+	rb.sink.take()
+	at = r.rec.rtoAt
+	rb.timer(at)
+	resent := psns(rb.sink.take())
+	require.Equal(t, psnRange(benchSQPSN, len(resent)), resent, "the collapse resends from the oldest")
+	require.LessOrEqual(t, len(resent), paceBurst+1, "a burst: the pacer holds the rest")
+	require.Equal(t, float64(minWindow), r.cc.cwnd)
+	require.Equal(t, uint64(2), rb.qp.Stats().Timeouts)
+	return at
+}
+
+// A receiver that stalls through two timeouts, then reads the whole
+// flight from its socket, sends its first ACK after a batch of it: that
+// ACK covers PSNs the collapse had not sent again yet, so their first
+// copies arrived, the timeout was spurious, and the window it collapsed
+// comes back (F-RTO's proof; too late after the resends for Eifel's).
+func TestAStallsCollapseIsUndoneWhenTheFlightHadArrived(t *testing.T) {
+	rb := newRequesterBench(t)
+	at := collapseAfterAStall(t, rb, 64)
+	r := &rb.qp.req
+
+	rb.ack(ackThrough(psnAdd(benchSQPSN, 40)), at+200_000)
+	assert.Equal(t, uint64(1), rb.qp.Stats().SpuriousTimeouts)
+	assert.GreaterOrEqual(t, r.cc.cwnd, 64.0, "the window before the collapse")
+	assert.False(t, r.cc.slowStart)
+	assert.Zero(t, r.rec.backoff)
+	assert.True(t, r.cc.timeoutJudged())
+}
+
+// When the first ACK after the stall covers only resent PSNs it decides
+// nothing: the window it opens sends the rest again, and the receiver,
+// still reading its backlog, acknowledges them sooner than they could
+// have arrived (Eifel's proof).
+func TestAStallsCollapseWaitsForAProof(t *testing.T) {
+	rb := newRequesterBench(t)
+	at := collapseAfterAStall(t, rb, 64)
+	r := &rb.qp.req
+
+	rb.ack(ackThrough(psnAdd(benchSQPSN, paceBurst-2)), at+200_000)
+	assert.Zero(t, rb.qp.Stats().SpuriousTimeouts, "an ACK of resent PSNs alone")
+	assert.False(t, r.cc.timeoutJudged(), "still open to proof")
+	assert.NotEmpty(t, rb.sink.take(), "the rest sent again")
+
+	rb.ack(ackThrough(psnAdd(benchSQPSN, 63)), at+210_000)
+	assert.Equal(t, uint64(1), rb.qp.Stats().SpuriousTimeouts)
+	assert.GreaterOrEqual(t, r.cc.cwnd, 64.0)
+}
+
+// The control: a flight the path did lose is resent whole before an ACK
+// passes it, and that ACK keeps the collapse.
+func TestACollapseStandsWhenTheFlightWasResent(t *testing.T) {
+	rb := newRequesterBench(t)
+	at := collapseAfterAStall(t, rb, paceBurst) // all of it resent at once
+	r := &rb.qp.req
+
+	rb.ack(ackThrough(psnAdd(benchSQPSN, paceBurst-1)), at+200_000)
+	assert.Zero(t, rb.qp.Stats().SpuriousTimeouts)
+	assert.True(t, r.cc.timeoutJudged(), "passing the collapsed flight judges it")
+	assert.Less(t, r.cc.cwnd, float64(paceBurst), "still regrowing from the collapse")
+}
+
+// A SACK before the collapse already said the PSNs after a lost head
+// had arrived; the collapse queues them again (the responder may have
+// dropped what it held), and an ACK covering them is no news of the
+// timeout.
+func TestPSNsSACKedBeforeACollapseProveNothing(t *testing.T) {
+	rb := newRequesterBench(t)
+	r := &rb.qp.req
+	rb.qp.mu.Lock()
+	r.cc.cwnd = 64
+	rb.qp.mu.Unlock()
+	rb.write(t, 64<<10, t0)
+	rb.sink.take()
+	// Everything but the head arrived; the head's copies are all lost.
+	rb.ack(ackThrough(psnAdd(benchSQPSN, -1), wire.SACKBlock{First: psnAdd(benchSQPSN, 1), Count: 63}), t0+100_000)
+	for i := 0; i < 100 && r.cc.timeoutJudged(); i++ { // probes (of the head), then two timeouts
+		rb.timer(r.rec.lossDetectionTimeout())
+	}
+	require.False(t, r.cc.timeoutJudged(), "collapsed")
+	rb.sink.take()
+	rb.ack(ackThrough(psnAdd(benchSQPSN, 63)), r.rec.lossDetectionTimeout())
+	assert.Zero(t, rb.qp.Stats().SpuriousTimeouts)
+	assert.True(t, r.cc.timeoutJudged())
+}
+
 // deferState is a requester with a window of 200 packets, 1 KiB
 // packets, and messages of 64 packets posted: the first being sent.
 type deferState struct {

@@ -23,6 +23,9 @@ type pktState struct {
 	done    bool // delivered: acknowledged, or its READ response or atomic ACK arrived
 	lost    bool // queued to be sent again
 	read    bool // a READ or atomic PSN: delivered only by its response
+	// unheld: SACKed once, then queued to be sent again by a timeout that
+	// presumed the responder had dropped it; its arrival is old news.
+	unheld bool
 	// A READ or atomic PSN awaited by the request whose last PSN is
 	// lastOff PSNs on; that last PSN's left counts the PSNs its request
 	// still awaits (rdRequests counts requests with left > 0). Kept at
@@ -145,7 +148,7 @@ func (s *scoreboard) sent(psn uint32, now int64, read bool) (resent bool) {
 		*st = pktState{read: read}
 		s.sndMax = psnAdd(psn, 1)
 	} else if st.lost {
-		st.lost = false
+		st.lost, st.unheld = false, false
 		s.lostCount--
 	}
 	st.sentAt, st.order = now, s.sends
@@ -239,6 +242,11 @@ type ackResult struct {
 	// readsLost counts READ and atomic PSNs it passed without their
 	// response, now marked lost: the responder sent them before the ACK.
 	readsLost int
+	// lostArrived counts SEND and WRITE PSNs it delivered while they
+	// were still queued to be sent again, not SACKed before: an earlier
+	// copy arrived, so whatever presumed them lost was wrong (F-RTO's
+	// evidence, RFC 5682: the ACK covers what was not resent).
+	lostArrived int
 }
 
 // ackThrough records a cumulative ACK through psn at now: every SEND and
@@ -265,6 +273,9 @@ func (s *scoreboard) ackThrough(psn uint32, now, srtt, minRTT int64) ackResult {
 				res.readsLost++
 			}
 			continue
+		}
+		if st.lost && !st.unheld {
+			res.lostArrived++
 		}
 		switch {
 		case st.resent():
@@ -467,6 +478,7 @@ func (s *scoreboard) markLostFrom(psn uint32) {
 	for p := psn; psnDiff(p, s.sndMax) < 0; p = psnAdd(p, 1) {
 		st := s.pkt(p)
 		if !st.done && !st.lost {
+			st.unheld = st.held
 			s.unhold(st)
 			s.markLost(p, st)
 		}

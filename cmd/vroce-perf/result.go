@@ -125,8 +125,12 @@ func (r *result) print(w io.Writer, asJSON bool) {
 		}
 	}
 	if r.Provider != "tcp" {
-		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d, window %d packets, SRTT %.1f us\n",
-			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, r.CWnd, r.SRTT)
+		undone := ""
+		if r.Spurious > 0 {
+			undone = fmt.Sprintf(" (%d undone: what they presumed lost had arrived)", r.Spurious)
+		}
+		fmt.Fprintf(w, " retransmissions %d (fast %d, tail probes %d), timeouts %d%s, window %d packets, SRTT %.1f us\n",
+			r.Retransmits, r.FastRetransmits, r.TailProbes, r.Timeouts, undone, r.CWnd, r.SRTT)
 		if r.StallHolds > 0 {
 			fmt.Fprintf(w, " loss deadlines held while a send of ours was stuck in this host %d\n", r.StallHolds)
 		}

@@ -156,7 +156,7 @@ func streamClient(cfg *config, conn net.Conn, provider string) (*result, error) 
 		in := c.Info()
 		r.Retransmits, r.Timeouts, r.CWnd, r.SRTT = in.Retransmits, in.Timeouts, in.CWnd, float64(in.RTT)/1e3
 		r.FastRetransmits, r.TailProbes, r.RNRWaits = in.FastRetransmits, in.TailProbes, in.RNRWaits
-		r.StallHolds = in.SendStallHolds
+		r.StallHolds, r.Spurious = in.SendStallHolds, in.SpuriousTimeouts
 	}
 	if cfg.Test == "stream_lat" {
 		r.setLatency(run.Samples, run.Elapsed)
