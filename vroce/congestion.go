@@ -3,8 +3,9 @@ package vroce
 import "math"
 
 // Congestion control for RC: delay-based in the style of Swift (SIGCOMM
-// 2020), needing nothing from switches. The window grows while the RTT
-// stays under a target a little above the path's base RTT, shrinks in
+// 2020), needing nothing from switches. The window grows while the
+// standing RTT (standingRTT) stays under a target a little above the
+// path's base RTT, shrinks in
 // proportion to the excess when it does not (at most once per RTT, and
 // not below a burst: delayFloor), is trimmed by an eighth on a loss that
 // congestion caused (congestive) and collapses on repeated timeouts.
@@ -61,15 +62,46 @@ type congestion struct {
 	ssthresh     float64 // slow start ends here (after a timeout)
 	lastDecrease int64
 	pacer        tokenBucket // packets that may leave now (pace)
+	standing     standingRTT
 	// What the path showed lately, to tell congestion's losses from
-	// random ones: the latest RTT sample and its target, and the packets
-	// delivered and lost in this round and the last.
+	// random ones: the latest standing RTT and its target, and the
+	// packets delivered and lost in this round and the last.
 	lastRTT, lastTarget int64
 	round               lossRound
 	// undo is the window before the timeout that collapsed it, kept
 	// while the requester has not judged that timeout (undoTimeout if it
 	// proves spurious, confirmTimeout if not); 0 when none awaits.
 	undo float64
+}
+
+// standingRTT is the least RTT sample of the last one to two SRTTs: what
+// a queue holds every packet for, without what a host's stall held some
+// of them for (Copa's standing RTT, NSDI 2018, over two half-windows).
+// A queue delays every packet behind it; a receiver the scheduler or
+// the hypervisor kept off its CPU for half a millisecond delays only the
+// packets that arrived meanwhile, and the ones after come back at the
+// base RTT. Cutting on single samples, the window of a stream between
+// two namespaces at MTU 1500 fell to 20-60 packets in runs of cuts on
+// 400-1,000 us samples against a 370 us target; judged on the standing
+// RTT, 64 KiB streams moved 1,700 MiB/s against 1,340 (medians of ten
+// interleaved pairs; 1,200 against 1,040 with the receiver stopped 10 ms
+// in every 100).
+type standingRTT struct {
+	start     int64 // when the current half began
+	cur, prev int64 // the least sample of this half and of the one before
+}
+
+// sample takes an RTT sample at now and returns the standing RTT.
+func (s *standingRTT) sample(rtt, srtt, now int64) int64 {
+	if s.cur == 0 || now-s.start >= srtt {
+		s.prev, s.cur, s.start = s.cur, rtt, now
+	} else {
+		s.cur = min(s.cur, rtt)
+	}
+	if s.prev > 0 {
+		return min(s.cur, s.prev)
+	}
+	return s.cur
 }
 
 // lossRound counts a round's deliveries and losses: a round lasts an RTT
@@ -115,13 +147,15 @@ func target(minRTT int64, cwnd float64) int64 {
 	return minRTT + minRTT/2 + targetSlack + int64(flowScaling/math.Sqrt(max(cwnd, 1)))
 }
 
-// onAck adjusts the window for acked packets with an RTT sample.
+// onAck adjusts the window for acked packets with an RTT sample (0: none),
+// judged by the standing RTT.
 func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
 	if acked <= 0 {
 		return
 	}
 	tgt := target(minRTT, c.cwnd)
 	if rtt > 0 {
+		rtt = c.standing.sample(rtt, srtt, now)
 		c.lastRTT, c.lastTarget = rtt, tgt
 	}
 	c.round.roll(srtt, now)

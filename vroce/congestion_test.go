@@ -15,6 +15,7 @@ func TestWindowGrowsUnderTargetAndShrinksAboveIt(t *testing.T) {
 	if c.cwnd != 128 {
 		t.Fatalf("slow start: window %.1f after 64 acked, want 128", c.cwnd)
 	}
+	c.standing = standingRTT{}                   // forget the earlier samples: every one is high now
 	c.onAck(1, 1_000_000, minRTT, srtt, 100_000) // RTT far above target
 	if c.cwnd != 64 || c.slowStart {
 		t.Fatalf("window %.1f after a large delay, want halved to 64 and out of slow start", c.cwnd)
@@ -123,6 +124,33 @@ func TestSmallWindowsTolerateMoreDelay(t *testing.T) {
 	if small.cwnd <= 4 || large.cwnd >= 400 {
 		t.Fatalf("at a delay between their targets: small %.1f (want up from 4), large %.1f (want down from 400)", small.cwnd, large.cwnd)
 	}
+}
+
+// A stall delays the packets that arrive while it lasts, not the ones
+// after: samples of the standing RTT's window that are high while others
+// are at the base leave the window alone. A queue delays them all, and
+// once every sample of an RTT stands above the target the window is cut.
+func TestOnlyAStandingDelayCutsTheWindow(t *testing.T) {
+	var c congestion
+	c.init()
+	c.cwnd, c.slowStart = 300, false
+	const minRTT, srtt = 50_000, 100_000
+	now := int64(1_000_000)
+	for range 10 { // an RTT at the base
+		c.onAck(1, minRTT, minRTT, srtt, now)
+		now += srtt / 10
+	}
+	before := c.cwnd
+	for range 10 { // a stall's burst of late ACKs, within the next RTT
+		c.onAck(1, 20*minRTT, minRTT, srtt, now)
+		now += srtt / 20
+	}
+	assert.GreaterOrEqual(t, c.cwnd, before, "a stall's samples beside base ones")
+	for range 30 { // a queue: every sample high for three RTTs
+		c.onAck(1, 20*minRTT, minRTT, srtt, now)
+		now += srtt / 10
+	}
+	assert.Less(t, c.cwnd, before*(1-maxDecrease/2), "a standing delay")
 }
 
 // Delay alone cuts a window to a burst and no further (the hosts' delay
