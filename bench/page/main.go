@@ -235,12 +235,21 @@ func runTargets(w io.Writer, perf string, runs int, links []*link) error {
 				return err
 			}
 			var figures []float64
+			var ours, tcps []string
 			for _, run := range pts {
-				if r := ratio(run); !math.IsNaN(r) {
-					figures = append(figures, r)
+				if v, k, ok := figuresOf(run); ok {
+					figures = append(figures, v/k)
+					ours, tcps = append(ours, fmt.Sprintf("%.1f", v)), append(tcps, fmt.Sprintf("%.1f", k))
 				}
 			}
 			verdict(w, l.name+": "+t.name, figures, t.goal, isLatency(t.test))
+			unit := "MiB/s"
+			if isLatency(t.test) {
+				unit = "us"
+			}
+			// The ratios alone hide which side moved: TCP's own figures
+			// here move 2x between runs.
+			fmt.Fprintf(w, "  vRoCE %s, TCP %s (%s)\n", strings.Join(ours, " "), strings.Join(tcps, " "), unit)
 		}
 	}
 	if len(links) > 0 {
@@ -311,14 +320,24 @@ func verdict(b io.Writer, name string, figures []float64, goal float64, atMost b
 // ratio is one run's vRoCE figure over TCP's, latency or bandwidth as the
 // test measures; NaN when the run lacks one of them.
 func ratio(run []point) float64 {
-	if len(run) == 0 {
+	v, k, ok := figuresOf(run)
+	if !ok {
 		return math.NaN()
+	}
+	return v / k
+}
+
+// figuresOf is one run's vRoCE figure and TCP's; false when the run
+// lacks one of them.
+func figuresOf(run []point) (vroce, tcp float64, ok bool) {
+	if len(run) == 0 {
+		return 0, 0, false
 	}
 	v, k := byProvider(run, run[0].Test)
 	if len(v) == 0 || len(k) == 0 {
-		return math.NaN()
+		return 0, 0, false
 	}
-	return v[0].figure() / k[0].figure()
+	return v[0].figure(), k[0].figure(), true
 }
 
 // isLatency reports whether test measures latency, not bandwidth.
