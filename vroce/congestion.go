@@ -83,9 +83,10 @@ type congestion struct {
 // base RTT. Cutting on single samples, the window of a stream between
 // two namespaces at MTU 1500 fell to 20-60 packets in runs of cuts on
 // 400-1,000 us samples against a 370 us target; judged on the standing
-// RTT, 64 KiB streams moved 1,700 MiB/s against 1,340 (medians of ten
-// interleaved pairs; 1,200 against 1,040 with the receiver stopped 10 ms
-// in every 100).
+// RTT, 64 KiB streams moved 1,420 MiB/s against 1,220 (medians of twenty
+// interleaved pairs in two sets, faster in fourteen; 950 against 830
+// with the receiver stopped 10 ms in every 100). The first set alone
+// said 1,700 against 1,340: this host's noise is that large.
 type standingRTT struct {
 	start     int64 // when the current half began
 	cur, prev int64 // the least sample of this half and of the one before
