@@ -194,10 +194,10 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 // of their rate, while kernel TCP, whose ACKs leave from the sender's
 // softirq, kept its own. The collapse is undone on either proof that the
 // flight had arrived:
-//   - F-RTO's (RFC 5682): the ACK covers a PSN still queued to be sent
-//     again and not SACKed before, so its first copy arrived. The
-//     collapse resends one pacer's burst at once, and a stalled
-//     receiver's first batch reaches past it;
+//   - F-RTO's (RFC 5682): the ACK covers a PSN of the collapsed flight
+//     still queued to be sent again and not SACKed before, so its first
+//     copy arrived. The collapse resends one pacer's burst at once, and
+//     a stalled receiver's first batch reaches past it;
 //   - Eifel's (lossRecovery.spurious): it covers a resend sooner than
 //     one could be answered, as a receiver still reading its backlog
 //     does after an ACK that opened the window to resend the rest.
@@ -207,7 +207,8 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 func (r *requester) judgeTimeout(qp *QP, psn uint32, res ackResult, now int64) {
 	switch {
 	case r.cc.timeoutJudged():
-	case res.lostArrived > 0 || r.rec.spurious(res.resentSentAt, now):
+	case res.lostArrived > 0 && psnDiff(res.firstLostArrived, r.rec.collapsedThrough) <= 0,
+		r.rec.spurious(res.resentSentAt, now):
 		r.cc.undoTimeout()
 		qp.stats.SpuriousTimeouts++
 		r.rec.onSpuriousTimeout()

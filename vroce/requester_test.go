@@ -258,6 +258,35 @@ func TestAStallsCollapseWaitsForAProof(t *testing.T) {
 	assert.GreaterOrEqual(t, r.cc.cwnd, 64.0)
 }
 
+// Only PSNs of the collapsed flight prove it arrived: one sent after the
+// collapse and delivered while queued to be resent (a reordering taken
+// for a loss) says nothing of it.
+func TestOnlyTheCollapsedFlightProvesTheCollapseSpurious(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		beyond   int // how far past the collapsed flight the arrived PSN is
+		spurious bool
+	}{{"a PSN of the flight", 0, true}, {"a PSN sent after it", 3, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			rb := newRequesterBench(t)
+			at := collapseAfterAStall(t, rb, paceBurst)
+			r := &rb.qp.req
+			rb.qp.mu.Lock()
+			last := psnAdd(r.rec.collapsedThrough, c.beyond)
+			r.judgeTimeout(rb.qp, last, ackResult{lostArrived: 1, firstLostArrived: last}, at+200_000)
+			rb.qp.mu.Unlock()
+			assert.True(t, r.cc.timeoutJudged())
+			if c.spurious {
+				assert.Equal(t, uint64(1), rb.qp.Stats().SpuriousTimeouts)
+				assert.GreaterOrEqual(t, r.cc.cwnd, float64(paceBurst))
+			} else {
+				assert.Zero(t, rb.qp.Stats().SpuriousTimeouts)
+				assert.Equal(t, float64(minWindow), r.cc.cwnd)
+			}
+		})
+	}
+}
+
 // The control: a flight the path did lose is resent whole before an ACK
 // passes it, and that ACK keeps the collapse.
 func TestACollapseStandsWhenTheFlightWasResent(t *testing.T) {

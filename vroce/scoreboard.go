@@ -246,7 +246,9 @@ type ackResult struct {
 	// were still queued to be sent again, not SACKed before: an earlier
 	// copy arrived, so whatever presumed them lost was wrong (F-RTO's
 	// evidence, RFC 5682: the ACK covers what was not resent).
-	lostArrived int
+	// firstLostArrived is the oldest of them.
+	lostArrived      int
+	firstLostArrived uint32
 }
 
 // ackThrough records a cumulative ACK through psn at now: every SEND and
@@ -275,6 +277,9 @@ func (s *scoreboard) ackThrough(psn uint32, now, srtt, minRTT int64) ackResult {
 			continue
 		}
 		if st.lost && !st.unheld {
+			if res.lostArrived == 0 {
+				res.firstLostArrived = p
+			}
 			res.lostArrived++
 		}
 		switch {
