@@ -47,7 +47,9 @@
 // which UD uses too), the scoreboard of PSNs in flight with SACK marking
 // and RACK-style loss detection (scoreboard.go), loss recovery's RTT, RTO,
 // backoff and tail-loss probes (recovery.go, on internal/rtt), and
-// delay-based congestion control with its pacer (congestion.go). A receive
+// delay-based congestion control, which reads the standing RTT, with its
+// pacer (congestion.go); the completer judges whether a timeout that
+// collapsed the window was spurious (completer.go). A receive
 // batch (rxbatch.go) owes its coalesced ACKs when it ends; the responder
 // owes an ack and the completer takes one, from its own packet or riding
 // on a request.
