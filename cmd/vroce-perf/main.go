@@ -278,8 +278,8 @@ func (c *config) finish() error {
 		return fmt.Errorf("--all goes with --oob perftest and write_bw, read_bw, write_lat or read_lat (perftest's -a)")
 	case c.RunFor < 0 || c.RunFor > 0 && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw" || c.AllSizes):
 		return fmt.Errorf("-D goes with --oob perftest and write_bw or read_bw, without --all (perftest's -D), and counts seconds")
-	case c.Duplex && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw" && c.Test != "send_bw" || c.AllSizes || c.RunFor > 0 || c.RDMACM):
-		return fmt.Errorf("-b goes with --oob perftest and write_bw, read_bw or send_bw, without --all, -D or --rdma-cm (perftest's -b)")
+	case c.Duplex && (c.Oob != "perftest" || c.Test != "write_bw" && c.Test != "read_bw" && c.Test != "send_bw" || c.RunFor > 0 || c.RDMACM):
+		return fmt.Errorf("-b goes with --oob perftest and write_bw, read_bw or send_bw, without -D or --rdma-cm (perftest's -b)")
 	case c.Oob == "perftest" && c.RDMACM && (!pfRDMACMTests[c.Test] || c.QPs > 1):
 		return fmt.Errorf("--rdma-cm: write_bw, read_bw, send_bw or send_lat, with one QP")
 	case c.Oob == "pingpong" && (c.Test != "send_lat" || c.Loopback):

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -144,6 +145,8 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		// perftest's -b: both ends move -n at once.
 		{"perftest write_bw -b", config{params: params{Test: "write_bw", Size: 8192, Iters: 300}, Oob: "perftest", Duplex: true}, runPerftest},
 		{"perftest read_bw -b -q 2", config{params: params{Test: "read_bw", Size: 8192, Iters: 300, QPs: 2}, Oob: "perftest", Duplex: true}, runPerftest},
+		// -a -b: each size in turn, both ends moving it, synced around it.
+		{"perftest write_bw -a -b", config{params: params{Test: "write_bw", Iters: 3}, Oob: "perftest", Duplex: true, AllSizes: true}, runPerftest},
 		// send_bw -b: each end posts its receives, sends and receives.
 		{"perftest send_bw -b -q 2", config{params: params{Test: "send_bw", Size: 8192, Iters: 300, QPs: 2}, Oob: "perftest", Duplex: true}, runPerftest},
 		// perftest's -a: every size from 2 B to 8 MiB, no sync between.
@@ -162,6 +165,7 @@ func TestOOBBetweenTwoEnds(t *testing.T) {
 		"perftest write_bw -b":     bothMoved(2, 300*2),
 		"perftest read_bw -b -q 2": bothMoved(4, 300*2),
 		"perftest send_bw -b -q 2": bothMoved(4, 300*2),
+		"perftest write_bw -a -b":  everySizeSummed,
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -238,6 +242,15 @@ func captureStdout(t *testing.T) func() string {
 // ends together) sent and received at least packets, so every QP moved
 // its own messages and took the other end's; without -b a server sends
 // only ACKs (WRITE) or receives only requests (READ).
+// everySizeSummed checks that both ends of an -a -b run printed a
+// result line for every size from 2 B to 8 MiB.
+func everySizeSummed(t *testing.T, printed string) {
+	for n := 2; n <= pfLargestAll; n *= 2 {
+		lines := regexp.MustCompile(fmt.Sprintf(`(?m)^ %d\s+3\s+[0-9.]+\s+[0-9.]+`, n)).FindAllString(printed, -1)
+		assert.Len(t, lines, 2, "a line for %d bytes from each end", n)
+	}
+}
+
 func bothMoved(lines, packets int) func(t *testing.T, printed string) {
 	return func(t *testing.T, printed string) {
 		m := regexp.MustCompile(`QPN 0x[0-9a-f]+: ([0-9]+) packets sent, ([0-9]+) received`).FindAllStringSubmatch(printed, -1)

@@ -482,23 +482,38 @@ func runPerftest(cfg *config) error {
 	} else if cfg.Duplex {
 		// perftest's -b: both ends sync, both move -n, and each reports
 		// the sum of what the two measured. With send_bw each end posts
-		// its receives before the sync.
+		// its receives before the sync. With -a, each size in turn, and
+		// a second sync after each (perftest's tools from 4.6 on, which
+		// all peers this exchange admits are), each printing its sum.
 		if cfg.Test == "send_bw" {
 			if err := pfPostRecvs(qps, mr, cfg); err != nil {
 				return err
 			}
 		}
-		if _, err := p.keys(mine); err != nil {
-			return err
+		if cfg.AllSizes {
+			printBWHeader()
 		}
-		if err := measure(); err != nil {
-			return err
+		for _, n := range pfSizes(cfg) {
+			if _, err := p.keys(mine); err != nil {
+				return err
+			}
+			if err := measureAt(n); err != nil {
+				return err
+			}
+			if cfg.AllSizes {
+				if _, err := p.keys(mine); err != nil {
+					return err
+				}
+			}
+			theirs, err := p.reports(pfReport{uint64(size), uint64(count), peak, avg, rate})
+			if err != nil {
+				return err
+			}
+			peak, avg, rate = peak+theirs.peak, avg+theirs.avg, rate+theirs.rate
+			if cfg.AllSizes {
+				printBWLine(n, count, peak, avg, rate)
+			}
 		}
-		theirs, err := p.reports(pfReport{uint64(size), uint64(count), peak, avg, rate})
-		if err != nil {
-			return err
-		}
-		peak, avg, rate = peak+theirs.peak, avg+theirs.avg, rate+theirs.rate
 	} else if cfg.Test == "send_bw" {
 		// The server posts its receives, both ends sync, the client
 		// sends and the server receives; no reports are traded.

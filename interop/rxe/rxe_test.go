@@ -483,6 +483,21 @@ func TestPerftestBidirectional(t *testing.T) {
 	}
 }
 
+// TestPerftestAllSizesBidirectional: ib_write_bw -a -b, every size from 2
+// bytes to 8 MiB with both ends moving it, synced before and after each
+// size: both ends print a summed line for every size.
+func TestPerftestAllSizesBidirectional(t *testing.T) {
+	e := perftest("write_bw", "-a -b -n 5", false)
+	e.check = func(t *testing.T, _ bool, gout, out string) {
+		for _, size := range []string{"2", "1024", "8388608"} {
+			line := `(?m)^\s*` + size + `\s+5\s+[0-9.]+\s+[0-9.]+`
+			assert.Regexp(t, line, gout, "the guest's line for %s bytes", size)
+			assert.Regexp(t, line, out, "vroce-perf's line for %s bytes", size)
+		}
+	}
+	bothWays(t, needGuest(t), e)
+}
+
 // TestPerftestSendLat: ib_send_lat's ping-pong of padded 13-byte SENDs.
 func TestPerftestSendLat(t *testing.T) {
 	bothWays(t, needGuest(t), perftest("send_lat", "-n 20 -s 13", false))
