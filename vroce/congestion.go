@@ -82,11 +82,12 @@ type congestion struct {
 // packets that arrived meanwhile, and the ones after come back at the
 // base RTT. Cutting on single samples, the window of a stream between
 // two namespaces at MTU 1500 fell to 20-60 packets in runs of cuts on
-// 400-1,000 us samples against a 370 us target; judged on the standing
-// RTT, 64 KiB streams moved 1,420 MiB/s against 1,220 (medians of twenty
-// interleaved pairs in two sets, faster in fourteen; 950 against 830
-// with the receiver stopped 10 ms in every 100). The first set alone
-// said 1,700 against 1,340: this host's noise is that large.
+// 400-1,000 us samples against a 370 us target. Judged on the standing
+// RTT, 64 KiB streams were faster in 21 of 30 interleaved pairs (three
+// sets of ten, an hour apart), by a median of 1.12x (quartiles
+// 0.95-1.42x); with the receiver stopped 10 ms in every 100, in 18 of
+// 30, by 1.18x (0.79-1.48x). Single sets of ten said anything from
+// 0.88x to 1.27x: this host's noise is that large.
 type standingRTT struct {
 	start     int64 // when the current half began
 	cur, prev int64 // the least sample of this half and of the one before
