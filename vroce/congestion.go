@@ -87,7 +87,7 @@ type congestion struct {
 // sets of ten, an hour apart), by a median of 1.12x (quartiles
 // 0.95-1.42x); with the receiver stopped 10 ms in every 100, in 18 of
 // 30, by 1.18x (0.79-1.48x). Single sets of ten said anything from
-// 0.88x to 1.27x: this host's noise is that large.
+// 0.88x to 1.29x: this host's noise is that large.
 type standingRTT struct {
 	start     int64 // when the current half began
 	cur, prev int64 // the least sample of this half and of the one before
