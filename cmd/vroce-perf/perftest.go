@@ -714,13 +714,9 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	index := make(map[uint32]int, len(qps))
-	sent, sendsDone := make([]int, len(qps)), make([]int, len(qps))
-	recvsPosted, recvsDone := make([]int, len(qps)), make([]int, len(qps))
+	sent, sendsDone, recvsDone := make([]int, len(qps)), make([]int, len(qps)), make([]int, len(qps))
 	for i, qp := range qps {
 		index[qp.QPN()] = i
-		if receiving {
-			recvsPosted[i] = min(cfg.Iters, pfRecvs)
-		}
 	}
 	// more says whether QP i posts another message.
 	more := func(i int) bool {
@@ -731,13 +727,7 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 	}
 	wcs := make([]vroce.WorkCompletion, 64)
 	sendsTotal, recvsTotal, inFlight := 0, 0, 0
-	sendsLeft, recvsLeft := 0, 0
-	if sending {
-		sendsLeft = cfg.Iters * len(qps)
-	}
-	if receiving {
-		recvsLeft = cfg.Iters * len(qps)
-	}
+	want := cfg.Iters * len(qps) // of each kind this end moves
 	total := func() int {
 		if sending {
 			return sendsTotal
@@ -765,7 +755,7 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 		switch {
 		case timed && inFlight == 0:
 			return total(), nil
-		case !timed && sendsLeft == 0 && recvsLeft == 0:
+		case !timed && (!sending || sendsTotal == want) && (!receiving || recvsTotal == want):
 			return total(), nil
 		}
 		n, err := cq.PollWait(ctx, wcs)
@@ -793,19 +783,17 @@ func pfRun(cfg *config, qps []*vroce.QP, cq *vroce.CQ, mr *vroce.MR, peers []pfK
 				}
 				sendsDone[i]++
 				sendsTotal++
-				sendsLeft--
 				inFlight--
 				continue
 			}
 			sendsHeld = false
 			recvsDone[i]++
 			recvsTotal++
-			recvsLeft--
-			if recvsPosted[i] < cfg.Iters {
-				if err := qps[i].PostRecv(vroce.RecvWR{ID: uint64(recvsPosted[i]), SGL: []vroce.SGE{pfRecvSGE(mr, cfg)}}); err != nil {
+			// pfPostRecvs posted pfRecvs first; one more for each done.
+			if next := recvsDone[i] + pfRecvs - 1; next < cfg.Iters {
+				if err := qps[i].PostRecv(vroce.RecvWR{ID: uint64(next), SGL: []vroce.SGE{pfRecvSGE(mr, cfg)}}); err != nil {
 					return total(), err
 				}
-				recvsPosted[i]++
 			}
 		}
 	}
