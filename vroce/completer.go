@@ -259,7 +259,7 @@ func (r *requester) advance(qp *QP, now int64) {
 	if moved == 0 {
 		return
 	}
-	r.cc.onAck(moved, r.rec.rtt.Latest, r.rec.rtt.MinRTT, r.rec.rtt.SRTT, now)
+	r.cc.onAck(moved, r.rec.takeSample(), r.rec.rtt.MinRTT, r.rec.rtt.SRTT, now)
 	r.progressAt, r.retriedAt = now, 0
 	r.rec.onProgress() // re-armed from now by pump
 	r.rnrLeft = int(qp.attr.RNRRetry)

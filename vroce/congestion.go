@@ -93,13 +93,19 @@ type standingRTT struct {
 	cur, prev int64 // the least sample of this half and of the one before
 }
 
-// sample takes an RTT sample at now and returns the standing RTT.
-func (s *standingRTT) sample(rtt, srtt, now int64) int64 {
+// add takes an RTT sample at now. Each sample must come once: one fed
+// again at a later now would open a half of its own and stand for an
+// RTT it was not measured in.
+func (s *standingRTT) add(rtt, srtt, now int64) {
 	if s.cur == 0 || now-s.start >= srtt {
 		s.prev, s.cur, s.start = s.cur, rtt, now
 	} else {
 		s.cur = min(s.cur, rtt)
 	}
+}
+
+// value is the standing RTT; 0 before any sample.
+func (s *standingRTT) value() int64 {
 	if s.prev > 0 {
 		return min(s.cur, s.prev)
 	}
@@ -149,15 +155,19 @@ func target(minRTT int64, cwnd float64) int64 {
 	return minRTT + minRTT/2 + targetSlack + int64(flowScaling/math.Sqrt(max(cwnd, 1)))
 }
 
-// onAck adjusts the window for acked packets with an RTT sample (0: none),
-// judged by the standing RTT.
+// onAck adjusts the window for acked packets, judged by the standing RTT;
+// rtt is the least RTT sample taken since the last onAck (0: none, as
+// when only resent packets were acknowledged).
 func (c *congestion) onAck(acked int, rtt, minRTT, srtt, now int64) {
 	if acked <= 0 {
 		return
 	}
 	tgt := target(minRTT, c.cwnd)
 	if rtt > 0 {
-		rtt = c.standing.sample(rtt, srtt, now)
+		c.standing.add(rtt, srtt, now)
+	}
+	rtt = c.standing.value()
+	if rtt > 0 {
 		c.lastRTT, c.lastTarget = rtt, tgt
 	}
 	c.round.roll(srtt, now)

@@ -39,6 +39,9 @@ type lossRecovery struct {
 	// ends the wait for evidence that the timeout was spurious
 	// (requester.judgeTimeout).
 	collapsedThrough uint32
+	// unjudged is the least RTT sample the congestion controller has not
+	// yet been given (takeSample); 0 when it has them all.
+	unjudged int64
 }
 
 // timeoutKind is what a passed loss-detection deadline calls for.
@@ -60,9 +63,22 @@ const (
 func (l *lossRecovery) sample(d int64) {
 	l.rtt.Sample(d)
 	l.freshSample = true
+	if l.unjudged == 0 || d < l.unjudged {
+		l.unjudged = d
+	}
 	if l.peer != nil {
 		l.peer.sample(d)
 	}
+}
+
+// takeSample hands the congestion controller the least RTT sample taken
+// since it last asked, each once (0: none): samples come on ACKs, SACKs
+// and READ responses that may move no window, and the controller's
+// standing RTT must see each in the RTT it was measured in.
+func (l *lossRecovery) takeSample() int64 {
+	d := l.unjudged
+	l.unjudged = 0
+	return d
 }
 
 // peerAtLeast tells the peer's estimate that a packet of this QP, which

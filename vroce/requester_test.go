@@ -550,3 +550,25 @@ func TestTimersWaitOutAStuckSend(t *testing.T) {
 	assert.Equal(t, uint64(1), s.Timeouts)
 	assert.Equal(t, uint64(1), s.Retransmits)
 }
+
+// The congestion controller hears each RTT sample once: an ACK that
+// brings none (here, one covering only a resent PSN: Karn) leaves the
+// standing RTT as the samples made it, not fed the last one again in an
+// RTT it was not measured in.
+func TestTheControllerHearsEachSampleOnce(t *testing.T) {
+	rb := newRequesterBench(t)
+	r := &rb.qp.req
+	rb.write(t, 1024, t0)
+	rb.sink.take()
+	rb.ack(ackThrough(benchSQPSN), t0+60_000)
+	want := standingRTT{start: t0 + 60_000, cur: 60_000}
+	require.Equal(t, want, r.cc.standing, "the bench's 100 us sample and the ACK's 60 us: the least")
+
+	rb.write(t, 1024, t0+1_000_000)
+	rb.sink.take()
+	rb.timer(r.rec.probeAt)
+	require.Equal(t, []uint32{psnAdd(benchSQPSN, 1)}, psns(rb.sink.take()), "probed")
+	rb.ack(ackThrough(psnAdd(benchSQPSN, 1)), r.rec.rtt.SRTT*10+t0+1_000_000)
+	assert.Equal(t, want, r.cc.standing, "an ACK of a resend alone adds nothing")
+	assert.Zero(t, r.rec.takeSample())
+}
