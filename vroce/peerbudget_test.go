@@ -18,13 +18,19 @@ import (
 // overrun together. 64 QPs each WRITE 256 KiB at once (512 packets of
 // 32 KiB, each within its QP's initial window) to a peer that holds 192
 // packets unread, over a path whose delay makes them arrive in one burst:
-// nothing is dropped at the receiver, and every byte lands. (The budget
-// holds 124 such packets, resends included; each QP may resend its
-// oldest packet beyond it, to make progress: 188 at most when every QP's
-// timer fires, as it does under the race detector.)
+// every byte lands, and the receive queue overflows by no more than the
+// budget allows. The budget holds 124 such packets, resends included;
+// beyond it, a QP whose timer fires may resend its oldest packet, to make
+// progress, so the queue may hold 124 packets and one more for each
+// timeout. Unloaded, the timers fire at most once a QP
+// (188 packets: nothing is dropped); on a loaded machine under the race
+// detector the peer drains its queue slowly enough that they fire twice
+// or more, and those resends, but only they, may overflow it. Without the
+// budget all 512 arrive at once and about 320 are dropped.
 func TestManyQPsToOnePeerStayWithinItsReceiveBuffer(t *testing.T) {
 	const pairs, size, mtu = 64, 256 << 10, 32 << 10
-	network := sim.NewNetwork(sim.Config{Delay: 2 * time.Millisecond, RecvQueue: 192, MTU: mtu + 200})
+	const budgetPackets, recvQueue = 124, 192 // 4 MiB / (32 KiB + 1 KiB); the peer's receive queue
+	network := sim.NewNetwork(sim.Config{Delay: 2 * time.Millisecond, RecvQueue: recvQueue, MTU: mtu + 200})
 	t.Cleanup(network.Close)
 	o := verbstest.DefaultOpts()
 	o.MTU, o.BufSize = vroce.MTU(mtu), size
@@ -50,10 +56,14 @@ func TestManyQPsToOnePeerStayWithinItsReceiveBuffer(t *testing.T) {
 			t.Fatalf("QP %d: the WRITE's data differs at the peer", i)
 		}
 	}
-	st := network.Stats()
-	if st.RecvQueueDrops != 0 || db.Stats().RxProviderDrops != 0 {
-		t.Fatalf("the receiver dropped %d packets of %d (%d retransmitted): its QPs' windows overran it together",
-			st.RecvQueueDrops, st.Sent, da.Stats().QPs.Retransmits)
+	st, qps := network.Stats(), da.Stats().QPs
+	// Each timeout resends its QP's oldest packet, whatever the budget.
+	allowed := uint64(max(budgetPackets+int(qps.Timeouts)-recvQueue, 0))
+	drops := max(st.RecvQueueDrops, db.Stats().RxProviderDrops)
+	t.Logf("%d packets sent, %d dropped at the receiver (%d allowed), %d retransmitted after %d timeouts and %d tail probes",
+		st.Sent, drops, allowed, qps.Retransmits, qps.Timeouts, qps.TailProbes)
+	if drops > allowed {
+		t.Fatal("the receiver dropped more than the timeouts' resends beyond the budget: its QPs' windows overran it together")
 	}
 	if st.Delivered < pairs*size/mtu {
 		t.Fatalf("%d packets delivered, want at least %d", st.Delivered, pairs*size/mtu)
