@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,8 @@ type link struct {
 	pair *nspair.Pair // the namespaces: server in A, client in B; nil on loopback
 	// provider, when set, is both ends' --provider (the plugin rows).
 	provider string
+	// pin, when set, is where the ends run (placement.cpus).
+	pin *placement
 }
 
 // loopbackLink is the secondary view: one process, loopback.
@@ -74,7 +77,7 @@ func (l *link) run(perf string, test string, args []string) ([]point, error) {
 	if l.provider != "" {
 		prov = []string{"--provider", l.provider}
 	}
-	server := nspair.Command(l.pair.A, perf, append([]string{test, "--port", port, "--json"}, prov...)...)
+	server := l.command(l.pair.A, 0, perf, append([]string{test, "--port", port, "--json"}, prov...)...)
 	server.Stdout, server.Stderr = nil, os.Stderr
 	if err := server.Start(); err != nil {
 		return nil, err
@@ -83,7 +86,7 @@ func (l *link) run(perf string, test string, args []string) ([]point, error) {
 	client := append(append([]string{test, "--port", port, "--compare", "tcp", "--json"}, prov...), args...)
 	client = append(client, l.pair.AddrA)
 	for try := 0; ; try++ {
-		pts, err := runTool(nspair.Command(l.pair.B, perf, client...))
+		pts, err := runTool(l.command(l.pair.B, 1, perf, client...))
 		if err == nil || try == 50 {
 			if err != nil {
 				server.Process.Kill()
@@ -92,6 +95,15 @@ func (l *link) run(perf string, test string, args []string) ([]point, error) {
 		}
 		time.Sleep(100 * time.Millisecond) // the server is not listening yet
 	}
+}
+
+// command is perf with args in namespace ns, on the CPU the link's
+// placement gives end (0 the server, 1 the client), if it gives one.
+func (l *link) command(ns string, end int, perf string, args ...string) *exec.Cmd {
+	if l.pin == nil {
+		return nspair.Command(ns, perf, args...)
+	}
+	return nspair.Command(ns, "taskset", append([]string{"-c", strconv.Itoa(l.pin.cpus[end]), perf}, args...)...)
 }
 
 // runTool runs a measuring command and parses its JSON result lines.

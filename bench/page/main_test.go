@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/xml"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestPageAndPlots(t *testing.T) {
@@ -134,5 +137,29 @@ func TestPageLeadsWithTheLinks(t *testing.T) {
 	}
 	if recordLink(all) != "veth1500" {
 		t.Fatalf("the plots show %s, want veth1500", recordLink(all))
+	}
+}
+
+func TestPinnedEndsRunUnderTaskset(t *testing.T) {
+	l := &link{pin: &placement{"two CPUs", [2]int{0, 1}}}
+	require.Equal(t, []string{"ip", "netns", "exec", "nsA", "taskset", "-c", "0", "perf", "send_lat"},
+		l.command("nsA", 0, "perf", "send_lat").Args)
+	require.Equal(t, []string{"ip", "netns", "exec", "nsB", "taskset", "-c", "1", "perf", "send_lat"},
+		l.command("nsB", 1, "perf", "send_lat").Args)
+	l.pin = nil
+	require.Equal(t, []string{"ip", "netns", "exec", "nsB", "perf", "send_lat"}, l.command("nsB", 1, "perf", "send_lat").Args)
+}
+
+func TestPlacementsShareOneCPUThenSplitTwo(t *testing.T) {
+	ps := placements()
+	if runtime.GOOS != "linux" {
+		require.Empty(t, ps)
+		return
+	}
+	require.NotEmpty(t, ps)
+	require.Equal(t, ps[0].cpus[0], ps[0].cpus[1], "the first placement shares a CPU")
+	if runtime.NumCPU() >= 2 {
+		require.Len(t, ps, 2)
+		require.NotEqual(t, ps[1].cpus[0], ps[1].cpus[1], "the second gives each end its own")
 	}
 }
