@@ -173,8 +173,8 @@ func TestSlowReaderDoesNotHoldUpOthers(t *testing.T) {
 // TestWriteDeadlineEndsAWriterWaitingForCredits: a writer whose peer
 // stops reading waits for credits receiving for the device (the credit
 // that last woke it hands it the receive turn), where no packet comes to
-// wake it; its deadline passing ends the write, with what the credits
-// let through taken and delivered.
+// wake it; a deadline set meanwhile passing ends the write, with what the
+// credits let through taken and delivered.
 func TestWriteDeadlineEndsAWriterWaitingForCredits(t *testing.T) {
 	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
 	c, srv := pair(t, l, &Dialer{})
@@ -184,14 +184,21 @@ func TestWriteDeadlineEndsAWriterWaitingForCredits(t *testing.T) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		c.SetWriteDeadline(time.Now().Add(300 * time.Millisecond))
 		n, err := c.Write(make([]byte, 64<<20))
 		done <- outcome{n, err}
 	}()
 	// Read half a window, so that a credit wakes the writer, then stop.
+	// The deadline is set only then, with the writer surely under way. Set
+	// before the write, at 300 ms, this read once waited for ever in a
+	// hunt under the race detector with the whole suite running: most
+	// likely the deadline passed before the writer had sent half a window
+	// (this machine's hypervisor takes its vCPUs for tens of ms at times).
 	read := window / 2 * bufSize
+	srv.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err := io.ReadFull(srv, make([]byte, read))
-	require.NoError(t, err)
+	require.NoError(t, err, "half a window did not arrive")
+	srv.SetReadDeadline(time.Time{})
+	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 	var o outcome
 	select {
 	case o = <-done:
