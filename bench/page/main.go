@@ -110,17 +110,27 @@ func main() {
 				run(l, test, s, max(200, (128<<20)/s))
 			}
 		}
+		// Latency between the namespaces runs with a CPU for each end, as
+		// two hosts have (placement says why it is pinned at all).
+		if ps := placements(); len(ps) == 2 {
+			l.pin = &ps[1]
+		}
 		for _, test := range []string{"send_lat", "stream_lat"} {
 			for _, s := range []int{64, 4 << 10, 64 << 10} {
 				run(l, test, s, 3000)
 			}
 		}
-		// The same link through a provider out of process (issue 22).
+		l.pin = nil
+		// The same link through a provider out of process (issue 22),
+		// its latency placed as above: each plugin shares its host's CPU.
 		l.provider = pluginProvider
 		run(l, "write_bw", 64<<10, 2048)
 		run(l, "stream_bw", 64<<10, 2048)
+		if ps := placements(); len(ps) == 2 {
+			l.pin = &ps[1]
+		}
 		run(l, "send_lat", 64, 3000)
-		l.provider = ""
+		l.pin, l.provider = nil, ""
 	}
 	for _, test := range []string{"write_bw", "stream_bw"} {
 		for _, s := range []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20} {
@@ -467,7 +477,7 @@ func page(all []point) string {
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Fprintf(&b, "# vRoCE against kernel TCP\n\nMade by `make bench-page` on %s: %s, %d CPUs, Linux %s, the UDP provider (GSO/GRO). Each vRoCE figure and its TCP figure come from one `vroce-perf ... --compare tcp` run, seconds apart; of three such runs per row, the one with the median ratio is shown. Absolute numbers are noise on a shared machine, the ratios less so.\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.Version(), runtime.NumCPU(), strings.TrimSpace(string(kernel)))
-	b.WriteString("**The benchmark of record runs between two processes in two network namespaces joined by a veth pair**, at MTU 1500 and 9000: server in one namespace, client in the other, kernel TCP over the same veth in the same run. One process on loopback, with its 32 KiB packets, comes last as a secondary view.\n\n")
+	b.WriteString("**The benchmark of record runs between two processes in two network namespaces joined by a veth pair**, at MTU 1500 and 9000: server in one namespace, client in the other, kernel TCP over the same veth in the same run. One process on loopback, with its 32 KiB packets, comes last as a secondary view. Between the namespaces the latency rows run with the server and the client pinned to a CPU each (taskset), both transports alike: a small message's round trip here is mostly two wake-ups, about 10 µs when both ends share a CPU and 28-35 µs across two, and left to the scheduler one run's two transports were often placed differently. `make bench-targets` measures both placements.\n\n")
 	vp, qp := byTool(all, vrocePerf), byTool(all, quicPerf)
 	inProcess := func(p point) bool { return p.Via == "" }
 	plugged := slices.DeleteFunc(slices.Clone(vp), inProcess)
