@@ -102,9 +102,9 @@ bench-page: build
 # The two-host targets (issue 20) between two namespaces over veth at MTU
 # 1500 and 9000 (latency pinned with taskset, both transports alike, on
 # one CPU and on two), and goodput under 1% and 5% random loss each way
-# (nftables), each run RUNS times: every run's figure, the spread and the
-# median against the target (root, ip, nft, taskset; about seven minutes
-# at 3).
+# (nftables), each run RUNS times: every run's figure, the spread, the
+# median against the target and the steal during each run (root, ip,
+# nft, taskset; about seven minutes at 3).
 RUNS ?= 3
 bench-targets: build
 	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -targets -runs $(RUNS)

@@ -36,6 +36,10 @@ type point struct {
 	// Via is the provider both ends of the run used when it was not the
 	// default (plugin:udp): its TCP figure is that run's.
 	Via string `json:"via,omitempty"`
+	// StealMs is the CPU time the hypervisor took from this machine's
+	// CPUs during the run (vRoCE's and TCP's together): minutes with
+	// steal slow a user-space receiver far more than the kernel's.
+	StealMs float64 `json:"steal_ms,omitempty"`
 }
 
 // The tools a point may come from.
@@ -153,12 +157,15 @@ func main() {
 func measure(l *link, perf string, runs int, test string, args []string) ([][]point, error) {
 	var pairs [][]point
 	for range max(runs, 1) {
+		before := stolen()
 		pts, err := l.run(perf, test, args)
 		if err != nil {
 			return nil, err
 		}
+		steal := (stolen() - before).Seconds() * 1000
 		for i := range pts {
 			pts[i].Tool, pts[i].Link, pts[i].Loss, pts[i].Via = vrocePerf, l.name, l.loss, l.provider
+			pts[i].StealMs = steal
 		}
 		pairs = append(pairs, pts)
 	}
@@ -266,6 +273,7 @@ func runTargets(w io.Writer, perf string, runs int, links []*link) error {
 		defer l.noLoss()
 		for _, t := range lossTargets {
 			var figures []float64
+			var steal []string
 			for range max(runs, 1) {
 				if err := l.setLoss(0); err != nil {
 					return err
@@ -285,9 +293,11 @@ func runTargets(w io.Writer, perf string, runs int, links []*link) error {
 				v, _ := byProvider(lossy[0], t.test)
 				if len(c) > 0 && len(v) > 0 && c[0].BWAvg > 0 {
 					figures = append(figures, v[0].BWAvg/c[0].BWAvg)
+					steal = append(steal, fmt.Sprintf("%.0f+%.0f", c[0].StealMs, v[0].StealMs))
 				}
 			}
 			verdict(w, l.name+": "+t.name, figures, t.goal, false)
+			fmt.Fprintf(w, "  stolen by the hypervisor (lossless run + lossy run) %s ms\n", strings.Join(steal, " "))
 		}
 	}
 	return nil
@@ -302,11 +312,12 @@ func runTarget(w io.Writer, l *link, perf string, runs int, t target, where stri
 		return err
 	}
 	var figures []float64
-	var ours, tcps []string
+	var ours, tcps, steal []string
 	for _, run := range pts {
 		if v, k, ok := figuresOf(run); ok {
 			figures = append(figures, v/k)
 			ours, tcps = append(ours, fmt.Sprintf("%.1f", v)), append(tcps, fmt.Sprintf("%.1f", k))
+			steal = append(steal, fmt.Sprintf("%.0f", run[0].StealMs))
 		}
 	}
 	verdict(w, l.name+where+": "+t.name, figures, t.goal, isLatency(t.test))
@@ -316,7 +327,7 @@ func runTarget(w io.Writer, l *link, perf string, runs int, t target, where stri
 	}
 	// The ratios alone hide which side moved: TCP's own figures here
 	// move 2x between runs.
-	fmt.Fprintf(w, "  vRoCE %s, TCP %s (%s)\n", strings.Join(ours, " "), strings.Join(tcps, " "), unit)
+	fmt.Fprintf(w, "  vRoCE %s, TCP %s (%s); stolen by the hypervisor %s ms\n", strings.Join(ours, " "), strings.Join(tcps, " "), unit, strings.Join(steal, " "))
 	return nil
 }
 

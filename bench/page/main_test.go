@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -162,4 +163,11 @@ func TestPlacementsShareOneCPUThenSplitTwo(t *testing.T) {
 		require.Len(t, ps, 2)
 		require.NotEqual(t, ps[1].cpus[0], ps[1].cpus[1], "the second gives each end its own")
 	}
+}
+
+func TestStealIsProcStatsEighthValueInTicks(t *testing.T) {
+	require.Equal(t, 2190*10*time.Millisecond, stealOf([]byte("cpu  4145757 0 1697661 8592910 24308 0 729620 2190 0 0")))
+	require.Zero(t, stealOf([]byte("cpu0 1 2 3 4 5 6 7 8 9 10")), "a single CPU's line")
+	require.Zero(t, stealOf([]byte("cpu  1 2 3 4")), "a kernel without the column")
+	require.Zero(t, stealOf([]byte("cpu  1 2 3 4 5 6 7 x")))
 }
