@@ -100,11 +100,11 @@ bench-page: build
 	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -quic $(BIN)/quic-perf -out bench $(BENCH_FLAGS)
 
 # The two-host targets (issue 20) between two namespaces over veth at MTU
-# 1500 and 9000 (latency pinned with taskset, both transports alike, on
-# one CPU and on two), and goodput under 1% and 5% random loss each way
-# (nftables), each run RUNS times: every run's figure, the spread, the
-# median against the target and the steal during each run (root, ip,
-# nft, taskset; about seven minutes at 3).
+# 1500 and 9000, and goodput under 1% and 5% random loss each way
+# (nftables), each run RUNS times in each placement (both ends pinned with
+# taskset, both transports alike: on one CPU, then a CPU each): every
+# run's figure, the spread, the median against the target and the steal
+# during each run (root, ip, nft, taskset; about twelve minutes at 3).
 RUNS ?= 3
 bench-targets: build
 	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -targets -runs $(RUNS)

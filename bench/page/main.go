@@ -208,15 +208,17 @@ var linkTargets = []target{
 	{"write_bw 64 KiB: vRoCE/TCP bandwidth", "write_bw", []string{"-s", "65536", "-n", "4000"}, 1.0, 0},
 }
 
-// A placement is where the two ends of a latency run execute. A 64-byte
+// A placement is where the two ends of a run execute. A 64-byte
 // ping-pong's round trip is mostly the two wake-ups of the process that
 // waits, and a wake-up on the waker's own CPU is a context switch, while
 // one on the other CPU is an interrupt to a vCPU that may be halted:
 // here 10 us against 28-35 us a round trip, for kernel TCP and vRoCE
-// alike. Left to the scheduler, the two transports of one run were often
-// placed differently (TCP's figure moved 10 us or 40 from run to run), so
-// each latency target runs once per placement, both transports pinned the
-// same way. "Two CPUs" is the closer model of two hosts.
+// alike. Bandwidth moves as much: kernel TCP's stream at MTU 1500 ran
+// at 2,500-3,200 MiB/s with a CPU each end, 1,180-1,340 on one CPU, and
+// anywhere from 830 to 1,610 left to the scheduler, which moved the two
+// transports of one run differently. So each target runs once per
+// placement, both transports pinned the same way. "Two CPUs" is the
+// closer model of two hosts.
 type placement struct {
 	name string
 	cpus [2]int // the server's CPU and the client's
@@ -242,7 +244,7 @@ var lossArgs = []string{"-s", "65536", "-n", "12000", "--verify"}
 func runTargets(w io.Writer, perf string, runs int, links []*link) error {
 	for _, l := range links {
 		for _, t := range linkTargets {
-			if ps := placements(); isLatency(t.test) && len(ps) > 0 {
+			if ps := placements(); len(ps) > 0 {
 				for _, p := range ps {
 					l.pin = &p
 					err := runTarget(w, l, perf, runs, t, " ("+p.name+")")
@@ -271,35 +273,61 @@ func runTargets(w io.Writer, perf string, runs int, links []*link) error {
 		// Both runs carry the rule that draws for each datagram; the
 		// clean one's drops none (nspair.Pair.DropUDP says why).
 		defer l.noLoss()
+		// Each placement as above (unpinned where there are none).
+		wheres := []*placement{nil}
+		if ps := placements(); len(ps) > 0 {
+			wheres = nil
+			for _, p := range ps {
+				wheres = append(wheres, &p)
+			}
+		}
 		for _, t := range lossTargets {
-			var figures []float64
-			var steal []string
-			for range max(runs, 1) {
-				if err := l.setLoss(0); err != nil {
-					return err
-				}
-				clean, err := measure(l, perf, 1, t.test, t.args)
+			for _, p := range wheres {
+				l.pin = p
+				err := runLossTarget(w, l, perf, runs, t)
+				l.pin = nil
 				if err != nil {
 					return err
-				}
-				if err := l.setLoss(t.loss); err != nil {
-					return err
-				}
-				lossy, err := measure(l, perf, 1, t.test, t.args)
-				if err != nil {
-					return err
-				}
-				c, _ := byProvider(clean[0], t.test)
-				v, _ := byProvider(lossy[0], t.test)
-				if len(c) > 0 && len(v) > 0 && c[0].BWAvg > 0 {
-					figures = append(figures, v[0].BWAvg/c[0].BWAvg)
-					steal = append(steal, fmt.Sprintf("%.0f+%.0f", c[0].StealMs, v[0].StealMs))
 				}
 			}
-			verdict(w, l.name+": "+t.name, figures, t.goal, false)
-			fmt.Fprintf(w, "  stolen by the hypervisor (lossless run + lossy run) %s ms\n", strings.Join(steal, " "))
 		}
 	}
+	return nil
+}
+
+// runLossTarget measures t's workload runs times without loss and with
+// it, in turn, and writes the ratios and their median against the goal.
+func runLossTarget(w io.Writer, l *link, perf string, runs int, t target) error {
+	var figures []float64
+	var steal []string
+	for range max(runs, 1) {
+		if err := l.setLoss(0); err != nil {
+			return err
+		}
+		clean, err := measure(l, perf, 1, t.test, t.args)
+		if err != nil {
+			return err
+		}
+		if err := l.setLoss(t.loss); err != nil {
+			return err
+		}
+		lossy, err := measure(l, perf, 1, t.test, t.args)
+		if err != nil {
+			return err
+		}
+		c, _ := byProvider(clean[0], t.test)
+		v, _ := byProvider(lossy[0], t.test)
+		if len(c) > 0 && len(v) > 0 && c[0].BWAvg > 0 {
+			figures = append(figures, v[0].BWAvg/c[0].BWAvg)
+			steal = append(steal, fmt.Sprintf("%.0f+%.0f", c[0].StealMs, v[0].StealMs))
+		}
+	}
+	where := ""
+	if l.pin != nil {
+		where = " (" + l.pin.name + ")"
+	}
+	verdict(w, l.name+where+": "+t.name, figures, t.goal, false)
+	fmt.Fprintf(w, "  stolen by the hypervisor (lossless run + lossy run) %s ms\n", strings.Join(steal, " "))
 	return nil
 }
 
