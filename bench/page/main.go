@@ -212,8 +212,8 @@ var linkTargets = []target{
 // ping-pong's round trip is mostly the two wake-ups of the process that
 // waits, and a wake-up on the waker's own CPU is a context switch, while
 // one on the other CPU is an interrupt to a vCPU that may be halted:
-// here 10 us against 28-35 us a round trip, for kernel TCP and vRoCE
-// alike. Bandwidth moves as much: kernel TCP's stream at MTU 1500 ran
+// here 10-14 us against 28-48 us each way (half a round trip), for
+// kernel TCP and vRoCE alike. Bandwidth moves as much: kernel TCP's stream at MTU 1500 ran
 // at 2,500-3,200 MiB/s with a CPU each end, 1,180-1,340 on one CPU, and
 // anywhere from 830 to 1,610 left to the scheduler, which moved the two
 // transports of one run differently. So each target runs once per
@@ -516,7 +516,7 @@ func page(all []point) string {
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	fmt.Fprintf(&b, "# vRoCE against kernel TCP\n\nMade by `make bench-page` on %s: %s, %d CPUs, Linux %s, the UDP provider (GSO/GRO). Each vRoCE figure and its TCP figure come from one `vroce-perf ... --compare tcp` run, seconds apart; of three such runs per row, the one with the median ratio is shown. Absolute numbers are noise on a shared machine, the ratios less so.\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.Version(), runtime.NumCPU(), strings.TrimSpace(string(kernel)))
-	b.WriteString("**The benchmark of record runs between two processes in two network namespaces joined by a veth pair**, at MTU 1500 and 9000: server in one namespace, client in the other, kernel TCP over the same veth in the same run. One process on loopback, with its 32 KiB packets, comes last as a secondary view. Between the namespaces the latency rows run with the server and the client pinned to a CPU each (taskset), both transports alike: a small message's round trip here is mostly two wake-ups, about 10 µs when both ends share a CPU and 28-35 µs across two, and left to the scheduler one run's two transports were often placed differently. `make bench-targets` measures both placements.\n\n")
+	b.WriteString("**The benchmark of record runs between two processes in two network namespaces joined by a veth pair**, at MTU 1500 and 9000: server in one namespace, client in the other, kernel TCP over the same veth in the same run. One process on loopback, with its 32 KiB packets, comes last as a secondary view. Between the namespaces the latency rows run with the server and the client pinned to a CPU each (taskset), both transports alike: each half of a small message's round trip here is mostly one wake-up, 10-14 µs when both ends share a CPU and 28-48 µs across two, and left to the scheduler one run's two transports were often placed differently. `make bench-targets` measures both placements.\n\n")
 	vp, qp := byTool(all, vrocePerf), byTool(all, quicPerf)
 	inProcess := func(p point) bool { return p.Via == "" }
 	plugged := slices.DeleteFunc(slices.Clone(vp), inProcess)
