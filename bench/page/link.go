@@ -97,6 +97,21 @@ func (l *link) run(perf string, test string, args []string) ([]point, error) {
 	}
 }
 
+// pinned runs f with the link's ends placed by p (nil: unpinned).
+func (l *link) pinned(p *placement, f func() error) error {
+	l.pin = p
+	defer func() { l.pin = nil }()
+	return f()
+}
+
+// title names the link and, when pinned, its placement.
+func (l *link) title() string {
+	if l.pin == nil {
+		return l.name
+	}
+	return l.name + " (" + l.pin.name + ")"
+}
+
 // command is perf with args in namespace ns, on the CPU the link's
 // placement gives end (0 the server, 1 the client), if it gives one.
 func (l *link) command(ns string, end int, perf string, args ...string) *exec.Cmd {

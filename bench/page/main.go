@@ -116,9 +116,7 @@ func main() {
 		}
 		// Latency between the namespaces runs with a CPU for each end, as
 		// two hosts have (placement says why it is pinned at all).
-		if ps := placements(); len(ps) == 2 {
-			l.pin = &ps[1]
-		}
+		l.pin = twoCPUs()
 		for _, test := range []string{"send_lat", "stream_lat"} {
 			for _, s := range []int{64, 4 << 10, 64 << 10} {
 				run(l, test, s, 3000)
@@ -130,9 +128,7 @@ func main() {
 		l.provider = pluginProvider
 		run(l, "write_bw", 64<<10, 2048)
 		run(l, "stream_bw", 64<<10, 2048)
-		if ps := placements(); len(ps) == 2 {
-			l.pin = &ps[1]
-		}
+		l.pin = twoCPUs()
 		run(l, "send_lat", 64, 3000)
 		l.pin, l.provider = nil, ""
 	}
@@ -224,6 +220,28 @@ type placement struct {
 	cpus [2]int // the server's CPU and the client's
 }
 
+// pinnings are the placements each target runs in: every one this
+// machine has, or the scheduler's (nil) where it has none.
+func pinnings() []*placement {
+	ps := placements()
+	if len(ps) == 0 {
+		return []*placement{nil}
+	}
+	out := make([]*placement, len(ps))
+	for i := range ps {
+		out[i] = &ps[i]
+	}
+	return out
+}
+
+// twoCPUs is the placement with a CPU each end, nil where there is none.
+func twoCPUs() *placement {
+	if ps := placements(); len(ps) == 2 {
+		return &ps[1]
+	}
+	return nil
+}
+
 // lossTargets are the goals under random loss, at MTU 1500: goodput kept
 // against the lossless run, every byte verified. A run moves 750 MiB
 // (3-4 s here): with 250 MiB (about a second) one run's ratio ranged
@@ -244,19 +262,10 @@ var lossArgs = []string{"-s", "65536", "-n", "12000", "--verify"}
 func runTargets(w io.Writer, perf string, runs int, links []*link) error {
 	for _, l := range links {
 		for _, t := range linkTargets {
-			if ps := placements(); len(ps) > 0 {
-				for _, p := range ps {
-					l.pin = &p
-					err := runTarget(w, l, perf, runs, t, " ("+p.name+")")
-					l.pin = nil
-					if err != nil {
-						return err
-					}
+			for _, p := range pinnings() {
+				if err := l.pinned(p, func() error { return runTarget(w, l, perf, runs, t) }); err != nil {
+					return err
 				}
-				continue
-			}
-			if err := runTarget(w, l, perf, runs, t, ""); err != nil {
-				return err
 			}
 		}
 	}
@@ -273,20 +282,9 @@ func runTargets(w io.Writer, perf string, runs int, links []*link) error {
 		// Both runs carry the rule that draws for each datagram; the
 		// clean one's drops none (nspair.Pair.DropUDP says why).
 		defer l.noLoss()
-		// Each placement as above (unpinned where there are none).
-		wheres := []*placement{nil}
-		if ps := placements(); len(ps) > 0 {
-			wheres = nil
-			for _, p := range ps {
-				wheres = append(wheres, &p)
-			}
-		}
 		for _, t := range lossTargets {
-			for _, p := range wheres {
-				l.pin = p
-				err := runLossTarget(w, l, perf, runs, t)
-				l.pin = nil
-				if err != nil {
+			for _, p := range pinnings() {
+				if err := l.pinned(p, func() error { return runLossTarget(w, l, perf, runs, t) }); err != nil {
 					return err
 				}
 			}
@@ -322,19 +320,14 @@ func runLossTarget(w io.Writer, l *link, perf string, runs int, t target) error 
 			steal = append(steal, fmt.Sprintf("%.0f+%.0f", c[0].StealMs, v[0].StealMs))
 		}
 	}
-	where := ""
-	if l.pin != nil {
-		where = " (" + l.pin.name + ")"
-	}
-	verdict(w, l.name+where+": "+t.name, figures, t.goal, false)
+	verdict(w, l.title()+": "+t.name, figures, t.goal, false)
 	fmt.Fprintf(w, "  stolen by the hypervisor (lossless run + lossy run) %s ms\n", strings.Join(steal, " "))
 	return nil
 }
 
 // runTarget measures t over l runs times and writes each run's ratio,
-// their median against the goal, and both transports' own figures; where
-// names the placement, if any.
-func runTarget(w io.Writer, l *link, perf string, runs int, t target, where string) error {
+// their median against the goal, and both transports' own figures.
+func runTarget(w io.Writer, l *link, perf string, runs int, t target) error {
 	pts, err := measure(l, perf, runs, t.test, t.args)
 	if err != nil {
 		return err
@@ -348,7 +341,7 @@ func runTarget(w io.Writer, l *link, perf string, runs int, t target, where stri
 			steal = append(steal, fmt.Sprintf("%.0f", run[0].StealMs))
 		}
 	}
-	verdict(w, l.name+where+": "+t.name, figures, t.goal, isLatency(t.test))
+	verdict(w, l.title()+": "+t.name, figures, t.goal, isLatency(t.test))
 	unit := "MiB/s"
 	if isLatency(t.test) {
 		unit = "us"

@@ -147,8 +147,14 @@ func TestPinnedEndsRunUnderTaskset(t *testing.T) {
 		l.command("nsA", 0, "perf", "send_lat").Args)
 	require.Equal(t, []string{"ip", "netns", "exec", "nsB", "taskset", "-c", "1", "perf", "send_lat"},
 		l.command("nsB", 1, "perf", "send_lat").Args)
-	l.pin = nil
-	require.Equal(t, []string{"ip", "netns", "exec", "nsB", "perf", "send_lat"}, l.command("nsB", 1, "perf", "send_lat").Args)
+	l.name = "veth1500"
+	require.Equal(t, "veth1500 (two CPUs)", l.title())
+	require.NoError(t, l.pinned(nil, func() error {
+		require.Equal(t, []string{"ip", "netns", "exec", "nsB", "perf", "send_lat"}, l.command("nsB", 1, "perf", "send_lat").Args)
+		require.Equal(t, "veth1500", l.title())
+		return nil
+	}))
+	require.Nil(t, l.pin, "pinned leaves the link unpinned")
 }
 
 func TestPlacementsShareOneCPUThenSplitTwo(t *testing.T) {
