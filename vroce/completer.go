@@ -207,7 +207,7 @@ func (r *requester) ackThrough(qp *QP, psn uint32, now int64) {
 func (r *requester) judgeTimeout(qp *QP, psn uint32, res ackResult, now int64) {
 	switch {
 	case r.cc.timeoutJudged():
-	case res.lostArrived > 0 && psnDiff(res.firstLostArrived, r.rec.collapsedThrough) <= 0,
+	case res.lostArrived && psnDiff(res.firstLostArrived, r.rec.collapsedThrough) <= 0,
 		r.rec.spurious(res.resentSentAt, now):
 		r.cc.undoTimeout()
 		qp.stats.SpuriousTimeouts++

@@ -273,7 +273,7 @@ func TestOnlyTheCollapsedFlightProvesTheCollapseSpurious(t *testing.T) {
 			r := &rb.qp.req
 			rb.qp.mu.Lock()
 			last := psnAdd(r.rec.collapsedThrough, c.beyond)
-			r.judgeTimeout(rb.qp, last, ackResult{lostArrived: 1, firstLostArrived: last}, at+200_000)
+			r.judgeTimeout(rb.qp, last, ackResult{lostArrived: true, firstLostArrived: last}, at+200_000)
 			rb.qp.mu.Unlock()
 			assert.True(t, r.cc.timeoutJudged())
 			if c.spurious {

@@ -242,12 +242,12 @@ type ackResult struct {
 	// readsLost counts READ and atomic PSNs it passed without their
 	// response, now marked lost: the responder sent them before the ACK.
 	readsLost int
-	// lostArrived counts SEND and WRITE PSNs it delivered while they
-	// were still queued to be sent again, not SACKed before: an earlier
-	// copy arrived, so whatever presumed them lost was wrong (F-RTO's
+	// lostArrived reports that it delivered SEND or WRITE PSNs still
+	// queued to be sent again, not SACKed before: an earlier copy
+	// arrived, so whatever presumed them lost was wrong (F-RTO's
 	// evidence, RFC 5682: the ACK covers what was not resent).
 	// firstLostArrived is the oldest of them.
-	lostArrived      int
+	lostArrived      bool
 	firstLostArrived uint32
 }
 
@@ -276,11 +276,8 @@ func (s *scoreboard) ackThrough(psn uint32, now, srtt, minRTT int64) ackResult {
 			}
 			continue
 		}
-		if st.lost && !st.unheld {
-			if res.lostArrived == 0 {
-				res.firstLostArrived = p
-			}
-			res.lostArrived++
+		if st.lost && !st.unheld && !res.lostArrived {
+			res.lostArrived, res.firstLostArrived = true, p
 		}
 		switch {
 		case st.resent():
