@@ -429,21 +429,22 @@ func (d *Daemon) dial(fd int, peer netip.AddrPort) (net.Conn, error) {
 		d.stats.tcpConns.Add(1)
 		return nil, nil
 	}
-	if err := connectSocket(fd, peer, d.cfg.DialTimeout); err != nil {
-		return nil, err
-	}
 	if !d.takes(peer) {
+		if err := connectSocket(fd, peer, d.cfg.DialTimeout); err != nil {
+			return nil, err
+		}
 		d.stats.tcpConns.Add(1)
 		return nil, nil
-	}
-	tc, err := tcpConnOf(fd)
-	if err != nil {
-		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.DialTimeout)
 	defer cancel()
 	dialer := rsock.Dialer{Provider: d.cfg.Provider, ProviderOptions: d.cfg.ProviderOptions, NoFallback: d.cfg.NoFallback}
-	conn, err := dialer.DialOver(ctx, tc)
+	conn, err := dialer.DialOverConnect(ctx, peer, func() (*net.TCPConn, error) {
+		if err := connectSocket(fd, peer, d.cfg.DialTimeout); err != nil {
+			return nil, err
+		}
+		return tcpConnOf(fd)
+	})
 	if err != nil {
 		if errors.Is(err, rsock.ErrNotVRoCE) {
 			return nil, unix.ECONNREFUSED

@@ -288,25 +288,53 @@ func (d *Dialer) dialSocket(ctx context.Context, network string, raddr netip.Add
 // unless fallback is off (ErrNotVRoCE, and tc is closed). The dialer's
 // Mode must be socket or empty ($RSOCK_MODE does not apply). The stream
 // owns tc from here on: on an error it is closed.
+//
+// Where the caller can, DialOverConnect is better: here the probe leaves
+// only after the connection is accepted, and a listener gives a client
+// that has not probed 200 ms to send its exchange before serving it as
+// plain TCP.
 func (d *Dialer) DialOver(ctx context.Context, tc *net.TCPConn) (net.Conn, error) {
-	raddr := tc.RemoteAddr().(*net.TCPAddr).AddrPort()
-	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
-	opErr := func(err error) error {
-		return &net.OpError{Op: "dial", Net: "tcp", Source: tc.LocalAddr(), Addr: tc.RemoteAddr(), Err: err}
+	c, err := d.DialOverConnect(ctx, tc.RemoteAddr().(*net.TCPAddr).AddrPort(), func() (*net.TCPConn, error) { return tc, nil })
+	if err != nil {
+		tc.Close() // if nothing on the way did
 	}
-	if d.Mode != "" && d.Mode != ModeSocket { // $RSOCK_MODE does not apply: the connection is TCP already
-		tc.Close()
-		return nil, opErr(fmt.Errorf("rsock: a stream over a TCP connection is made in socket mode, not %q", d.Mode))
+	return c, err
+}
+
+// DialOverConnect is DialOver for a connection connect makes to raddr (a
+// program's own socket, say; connect is not called if the dial fails
+// before it): the stream's device is opened and the probe sent first, so that they go out with the SYN, as Dial's do.
+// Opened after the connection was accepted, on a loaded machine (a
+// CI run under the race detector), they took the exchange past the
+// listener's wait, and the service was handed the exchange as a plain
+// TCP client's request.
+func (d *Dialer) DialOverConnect(ctx context.Context, raddr netip.AddrPort, connect func() (*net.TCPConn, error)) (net.Conn, error) {
+	raddr = netip.AddrPortFrom(raddr.Addr().Unmap(), raddr.Port())
+	opErr := func(tc *net.TCPConn, err error) error {
+		e := &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(raddr), Err: err}
+		if tc != nil {
+			e.Source = tc.LocalAddr()
+		}
+		return e
+	}
+	if d.Mode != "" && d.Mode != ModeSocket { // $RSOCK_MODE does not apply: the connection is TCP
+		return nil, opErr(nil, fmt.Errorf("rsock: a stream over a TCP connection is made in socket mode, not %q", d.Mode))
 	}
 	st, err := d.clientStack(raddr)
 	if err != nil {
-		tc.Close()
-		return nil, opErr(err)
+		return nil, opErr(nil, err)
 	}
 	defer st.unref(false)
-	c, err := d.overTCP(ctx, "tcp", st, d.startProbe(st, raddr), tc, 0)
+	p := d.startProbe(st, raddr)
+	start := time.Now()
+	tc, err := connect()
 	if err != nil {
-		return nil, opErr(err)
+		p.result()
+		return nil, err
+	}
+	c, err := d.overTCP(ctx, "tcp", st, p, tc, time.Since(start))
+	if err != nil {
+		return nil, opErr(tc, err)
 	}
 	return c, nil
 }

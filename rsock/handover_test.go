@@ -7,6 +7,7 @@ import (
 	"net"
 	"testing"
 	"time"
+	"vroce.dev/internal/testkit/verbstest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -132,6 +133,31 @@ func TestDialOverAnEstablishedTCPConnection(t *testing.T) {
 	require.NoError(t, err)
 	_, err = (&Dialer{Mode: ModeCM}).DialOver(ctx, tc)
 	assert.Error(t, err, "a stream over a TCP connection is made in socket mode only")
+	l.Close()
+	served.Wait()
+	settle(t)
+}
+
+// DialOverConnect sends its probe before it connects, as Dial does with
+// the SYN: the listener has heard it by the time the connection arrives,
+// so it waits for the exchange as long as a probed host may need, rather
+// than the 200 ms it gives a client that did not probe.
+func TestDialOverConnectProbesBeforeItConnects(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l := listen(t, &ListenConfig{}, "127.0.0.1:0")
+	served := echoServer(t, l)
+	laddr := l.Addr().(*net.TCPAddr)
+	var probedFirst bool
+	c, err := (&Dialer{}).DialOverConnect(ctx, laddr.AddrPort(), func() (*net.TCPConn, error) {
+		probedFirst = verbstest.Eventually(func() bool { return l.(*Listener).st.cm.ProbedRecently(laddr.AddrPort().Addr()) }, 5*time.Second)
+		return net.DialTCP("tcp", nil, laddr)
+	})
+	require.NoError(t, err)
+	assert.True(t, probedFirst, "the listener had not been probed when the connection was made")
+	assert.Equal(t, "vroce", transport(c))
+	require.NoError(t, roundTrip(c, payload(4, 64<<10)))
+	c.Close()
 	l.Close()
 	served.Wait()
 	settle(t)
