@@ -131,6 +131,11 @@ func TestLargeReadsPaceAfterALoss(t *testing.T) {
 	for done := false; !done; {
 		select {
 		case a := <-arrivals:
+			if a.psn < psn { // these PSNs do not wrap
+				// A late answer to one of the asks again above (a CI run
+				// found a Last of the fourth READ here): not this READ's.
+				continue
+			}
 			order = append(order, a.op)
 			if a.op == wire.RCAcknowledge {
 				require.Equal(t, psn+small, a.psn, "the WRITE's ACK")
