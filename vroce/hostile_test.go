@@ -227,6 +227,33 @@ func TestOutOfOrderRequestsHoldWhatArrived(t *testing.T) {
 	assert.Equal(t, uint64(window-(8<<20)/16384), s.HeldDrops, "full packets past the QP's bound")
 }
 
+// TestHeldRequestsInsideAReadAreDropped: requests a broken or hostile
+// requester numbers inside a READ's PSNs, held because they arrived
+// ahead of it, are let go when the READ passes them, unexecuted. The
+// positive control: a WRITE at the PSN after the READ's lands.
+func TestHeldRequestsInsideAReadAreDropped(t *testing.T) {
+	network := sim.NewNetwork(sim.Config{MTU: 1500})
+	t.Cleanup(network.Close)
+	r := &rxeLike{t: t, network: network}
+	qp, mr := srQPTo(t, network, fakeDevice, vroce.MTU1024)
+	var s vroce.QPStats
+	stats := func() vroce.QPStats { s = qp.Stats(); return s }
+
+	r.send(fakeSource, qp, 0, writeOnly(mr, 502, 0, []byte("inside the READ")))
+	r.send(fakeSource, qp, 0, writeOnly(mr, 503, 64, []byte("inside it too..")))
+	r.send(fakeSource, qp, 0, writeOnly(mr, 504, 128, []byte("after the READ.")))
+	waitFor(t, "the three requests held", func() bool { return stats().HeldOutOfOrder == 3 })
+	assert.Equal(t, 3*256, s.HeldBytes)
+
+	// A READ of 4 KiB takes PSNs 500 to 503.
+	r.send(fakeSource, qp, 0, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadRequest, PSN: 500},
+		RETH: wire.RETH{VA: mr.Addr() + 4096, RKey: mr.RKey(), DMALen: 4096}})
+	waitFor(t, "nothing held", func() bool { return stats().HeldBytes == 0 })
+	verbsSync(qp)
+	assert.Equal(t, "after the READ.", string(mr.Bytes()[128:143]), "the WRITE after the READ")
+	assert.Equal(t, make([]byte, 128), mr.Bytes()[:128], "a request inside the READ executed")
+}
+
 // verbsSync orders the test's reads of MR memory after the device's
 // writes to it (taken under the QP's lock).
 func verbsSync(qp *vroce.QP) { _ = qp.State() }
