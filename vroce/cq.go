@@ -39,6 +39,9 @@ type CQ struct {
 	// context, since registering costs an allocation and a map insert.
 	turnCtx  context.Context
 	turnStop func() bool
+	// done is turnDone as a func value, made once: a method value made
+	// at each Wait is an allocation per wait.
+	done func() bool
 	// onCompletion, when set, runs on the goroutine receiving for the device
 	// after a receive batch that pushed completions here; those do not
 	// wake waiters (see OnCompletion). handlerDue: it is to run.
@@ -57,7 +60,9 @@ func (d *Device) CreateCQ(depth int) (*CQ, error) {
 	if err := d.reserve("create CQ", "max_cq", &d.count.cq, d.attr.MaxCQ); err != nil {
 		return nil, err
 	}
-	return &CQ{dev: d, depth: depth}, nil
+	cq := &CQ{dev: d, depth: depth}
+	cq.done = cq.turnDone
+	return cq, nil
 }
 
 // Depth is the number of completions the CQ holds.
@@ -285,7 +290,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 			if d.takeTurnFree() {
 				cq.interruptOnDoneLocked(ctx)
 				cq.mu.Unlock()
-				err := d.receiveHolding(ctx, cq.turnDone, &cq.receiving)
+				err := d.receiveHolding(ctx, cq.done, &cq.receiving)
 				if errors.Is(err, ErrClosed) {
 					return err
 				}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package vroce_test
+
+const raceEnabled = false
