@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -141,4 +142,70 @@ func TestRecvEachEndsOnCloseUnderLoad(t *testing.T) {
 		t.Fatal("nothing arrived")
 	}
 	closeAndWait(t, rx, done)
+}
+
+// Each RecvEach call (a device's waiter makes one per wait) sets up
+// again only the receive headers the kernel wrote in the call before,
+// when it receives into the same buffers. What the kernel wrote must not
+// stay: a lone datagram leaves its header no room for control data, and
+// a coalesced run received into that header next would lose the segment
+// size that splits it (and a source address, the room for it).
+func TestRecvEachCallsSetUpWhatTheKernelWrote(t *testing.T) {
+	rx, err := Listen(":0") // both families
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rx.Close() })
+	stuck := time.AfterFunc(10*time.Second, func() { rx.Close() }) // a datagram lost: RecvEach ends
+	defer stuck.Stop()
+	port := rx.LocalAddr().Port()
+	var peers []*Provider
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		p, err := Listen(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		peers = append(peers, p)
+	}
+	pkts := make([]vroce.Packet, 8)
+	for i := range 12 {
+		from := peers[i%2]
+		to := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)
+		if from.LocalAddr().Addr().Is6() {
+			to = netip.AddrPortFrom(netip.IPv6Loopback(), port)
+		}
+		// A lone datagram, then a run of four sent as one (GSO) that
+		// arrives as one (GRO), in turn.
+		n := 1 + 3*(i%2)
+		var run []vroce.Packet
+		for k := range n {
+			run = append(run, vroce.Packet{Data: bytes.Repeat([]byte{byte(i), byte(k)}, 50), Addr: to, Coalesce: true})
+		}
+		if err := from.Send(run); err != nil {
+			t.Fatal(err)
+		}
+		for i := range pkts {
+			pkts[i].Data = make([]byte, vroce.MaxPacketSize)
+		}
+		got := 0
+		err := rx.RecvEach(pkts, func(m int) bool {
+			for _, p := range pkts[:m] {
+				if p.Addr != from.LocalAddr() {
+					t.Errorf("call %d: a datagram from %v, want %v", i, p.Addr, from.LocalAddr())
+				}
+				if got < n && !bytes.Equal(p.Data, run[got].Data) {
+					t.Errorf("call %d: packet %d is %d bytes starting %v, want %d starting %v", i, got, len(p.Data), p.Data[:2], len(run[got].Data), run[got].Data[:2])
+				}
+				got++
+			}
+			return got < n
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != n {
+			t.Fatalf("call %d: %d packets, want %d", i, got, n)
+		}
+	}
 }
