@@ -399,7 +399,9 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, rb *rxBatc
 	if p.BTH.PiggyACK {
 		qp.onPiggyACK(p)
 	}
+	sent := qp.stats.TxPackets
 	qp.resp.onRequest(qp, p, raw, rb)
+	qp.holdUntilSent(rb, sent) // a READ's first answers, say: the pacer's rest must not pass them
 }
 
 // fromPeer reports whether a packet from src may be the connected
@@ -442,6 +444,14 @@ func (qp *QP) onPiggyACK(p *wire.Packet) {
 func (qp *QP) pumpInto(rb *rxBatch, now int64) {
 	sent := qp.stats.TxPackets
 	qp.req.pump(qp, rb.out, now)
+	qp.holdUntilSent(rb, sent)
+}
+
+// holdUntilSent, when rb's batch has taken packets of the QP's since
+// its TxPackets were sent, stops any other goroutine sending for the QP
+// (a timer's pump, the READ pacer) until the batch has left: its
+// packets would overtake ours. Device.releaseHeld lets it go.
+func (qp *QP) holdUntilSent(rb *rxBatch, sent uint64) {
 	if qp.txHeld == nil && qp.stats.TxPackets != sent {
 		qp.txHeld = rb.out
 		rb.pumped = append(rb.pumped, qp)
@@ -474,6 +484,7 @@ func (qp *QP) kickAt(now int64) {
 	if qp.typ == UD {
 		qp.pumpUD(b)
 	} else {
+		qp.resp.onReadTimer(qp, now, b) // paced READ answers that waited for a batch to leave
 		qp.req.pump(qp, b, now)
 	}
 	qp.dev.transmit(b)

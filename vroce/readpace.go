@@ -295,11 +295,21 @@ func (r *responder) flushReads(qp *QP, out *txBatch) {
 // response must wait behind.
 func (r *responder) readsWaiting() bool { return len(r.pace.runs) > 0 }
 
-// onReadTimer sends what the pace allows once it is due.
+// onReadTimer sends what the pace allows once it is due, unless a
+// receive batch holds answers of the QP's not yet sent (the first of a
+// READ's, sent as the request was executed): the rest would overtake
+// them, and a requester takes READ responses out of order as lost
+// (rxe asks for the READ again). The batch's release pumps them
+// (QP.releaseHeld, kickAt).
 func (r *responder) onReadTimer(qp *QP, now int64, out *txBatch) {
-	if r.pace.due != 0 && now >= r.pace.due {
-		r.pumpReads(qp, out, now)
+	if r.pace.due == 0 || now < r.pace.due {
+		return
 	}
+	if qp.txHeld != nil && qp.txHeld != out {
+		qp.kickOwed = true
+		return
+	}
+	r.pumpReads(qp, out, now)
 }
 
 // sendReadPackets sends run's packets [next, to) and moves next to to.

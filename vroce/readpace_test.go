@@ -47,7 +47,7 @@ func responsesAt(peer vroce.Provider, queued int) <-chan arrival {
 }
 
 // TestLargeReadsPaceAfterALoss: a requester that asks for a whole 1 MiB
-// READ in one request, as rxe does, behind a link of 20 MB/s with 64 KiB
+// READ in one request, as rxe does, behind a link of 12 MB/s with 64 KiB
 // of queue, and that asks again for the rest from the first packet it
 // missed once nothing came for 10 ms (rxe's retransmission timer). The
 // first answer leaves whole and overruns the queue: the control that
@@ -55,7 +55,13 @@ func responsesAt(peer vroce.Provider, queued int) <-chan arrival {
 // shows the responder what it took, and the later answers, paced, lose
 // a fraction of that. Every READ brings back the memory exactly.
 func TestLargeReadsPaceAfterALoss(t *testing.T) {
-	network, peer := fakePeerNetwork(t, sim.Config{Rate: 20e6, QueueBytes: 64 << 10})
+	// 12 MB/s: the unpaced answer must outrun the link even from a slow
+	// responder (under the race detector on a first-generation Zen it
+	// left at 20-40 MB/s, and a 20 MB/s link lost too little of it for
+	// the control in 18 runs of 20), and the slowest pace (minReadRate,
+	// 10,000 packets a second) must not.
+	link := sim.Config{Rate: 12e6, QueueBytes: 64 << 10}
+	network, peer := fakePeerNetwork(t, link)
 	const packets, mtu = 1024, 1024
 	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: fakeDevice, MTU: vroce.MTU1024},
 		vroce.AccessRemoteRead, packets*mtu)
@@ -117,9 +123,13 @@ func TestLargeReadsPaceAfterALoss(t *testing.T) {
 	}
 	assert.NotZero(t, qp.Stats().ReadPace, "the answers are paced")
 
-	// A WRITE behind a paced READ (of 40 packets, which the link's
-	// queue holds): its ACK, which covers the READ's PSNs, comes only
-	// after the READ's every response.
+	// A WRITE behind a paced READ: its ACK, which covers the READ's
+	// PSNs, comes only after the READ's every response. The link's
+	// queue grows first: answers to the last READ's asks again may
+	// still be on their way, and behind them a 64 KiB queue dropped
+	// this READ's first answer or the ACK (5 runs in 40).
+	link.QueueBytes = 8 << 20
+	network.SetConfig(link)
 	const small = 40
 	psn := uint32(500 + 4*packets)
 	r.send(fakeSource, qp, 0, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadRequest, PSN: psn, AckReq: true},
@@ -159,7 +169,9 @@ func TestLargeReadsPaceAfterALoss(t *testing.T) {
 // leave the requester waiting for its timer again), and after the first
 // round, which overruns the link, the answers are paced.
 func TestPipelinedLargeReadsPace(t *testing.T) {
-	network, peer := fakePeerNetwork(t, sim.Config{Rate: 20e6, QueueBytes: 64 << 10})
+	// 12 MB/s, for TestLargeReadsPaceAfterALoss's reason: a slow
+	// responder's unpaced answers outran a 20 MB/s link too little.
+	network, peer := fakePeerNetwork(t, sim.Config{Rate: 12e6, QueueBytes: 64 << 10})
 	const reads, packets, mtu = 4, 256, 1024
 	qp, _, mr := qpTo(t, network, cm.Peer{QPN: 0x11, PSN: 500, Addr: fakeDevice, MTU: vroce.MTU1024},
 		vroce.AccessRemoteRead, packets*mtu)

@@ -1,0 +1,58 @@
+package vroce
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"vroce.dev/vroce/wire"
+)
+
+// TestPacedReadAnswersWaitForTheBatchHoldingTheFirst: a paced READ's
+// first answers leave in the receive batch that brought the request.
+// The pacer's timer, when it fires before that batch has left (its
+// goroutine descheduled, or busy with the rest of a large batch), must
+// not send the next answers ahead of them: a requester takes READ
+// responses out of order as lost, and rxe asks for the whole READ again
+// (a CI run under load saw PSNs 16-39 arrive before 0-15). The batch's
+// leaving lets the pacer go on.
+func TestPacedReadAnswersWaitForTheBatchHoldingTheFirst(t *testing.T) {
+	bench := newRequesterBench(t)
+	qp, d := bench.qp, bench.qp.dev
+	const packets = 64
+	mr, err := qp.pd.RegMR(make([]byte, packets*1024), AccessRemoteRead)
+	require.NoError(t, err)
+	qp.mu.Lock()
+	qp.resp.pace.rate = maxPacedReadRate / 2 // paced after a loss, as TestLargeReadsPaceAfterALoss's READs are
+	qp.resp.pace.gainAt = math.MaxInt64 / 2  // and not raised past pacing by this READ
+	qp.mu.Unlock()
+
+	rx := &rxBatch{out: d.getBatch()}
+	bench.deliver(t, wire.Packet{BTH: wire.BTH{Opcode: wire.RCReadRequest, PSN: benchRQPSN},
+		RETH: wire.RETH{VA: mr.Addr(), RKey: mr.RKey(), DMALen: packets * 1024}}, rx)
+	require.Len(t, rx.out.pkts, readBurst, "the first burst of answers, in the receive batch")
+
+	// The pacer's timer, a second later (the device's own may fire too):
+	// the pace allows the rest by then.
+	later := d.now() + int64(time.Second)
+	pace := func(now int64) {
+		qp.mu.Lock()
+		defer qp.mu.Unlock()
+		b := d.getBatch()
+		qp.resp.onReadTimer(qp, now, b)
+		d.transmit(b)
+		d.putBatch(b)
+	}
+	pace(later)
+	assert.Empty(t, psns(bench.sink.take()), "answers sent while the receive batch held the first ones")
+
+	d.settle(rx, false) // the batch leaves
+	for i := range packets {
+		pace(later + int64(i+1)*int64(time.Second))
+	}
+	sent := bench.sink.take()
+	assert.Equal(t, psnRange(benchRQPSN, packets), psns(sent), "the answers' PSNs, in the order they left")
+}
