@@ -467,6 +467,9 @@ func (qp *QP) releaseHeld() {
 	if qp.kickOwed {
 		qp.kickOwed = false
 		qp.kick()
+		if qp.typ == RC {
+			qp.req.schedule(qp) // a READ pacer's deadline, left out while held
+		}
 	}
 }
 

@@ -48,6 +48,12 @@ func TestPacedReadAnswersWaitForTheBatchHoldingTheFirst(t *testing.T) {
 	}
 	pace(later)
 	assert.Empty(t, psns(bench.sink.take()), "answers sent while the receive batch held the first ones")
+	// The device's timer, run while held, leaves the pacer to the
+	// batch's release: with its deadline passed, it would fire again at
+	// once, over and over, until the batch left.
+	qp.onTimer()
+	assert.Empty(t, psns(bench.sink.take()), "answers the device's timer sent while the batch held the first ones")
+	assert.Zero(t, qp.timerAt.Load(), "the QP's timer, armed while held (nothing else is due)")
 
 	d.settle(rx, false) // the batch leaves
 	for i := range packets {

@@ -115,11 +115,14 @@ func TestLargeReadsPaceAfterALoss(t *testing.T) {
 		drops = append(drops, network.Stats().QueueDrops-before)
 	}
 	t.Logf("packets the link's queue dropped, READ by READ: %v; %+v", drops, qp.Stats())
-	assert.Greater(t, drops[0], uint64(packets/4), "the first answer, unpaced, overran the link")
+	// The first answer, unpaced, overruns the link: an eighth of it
+	// lost at the least (184 was the fewest in 40 runs beside two CPU
+	// hogs, under the race detector on a first-generation Zen).
+	assert.Greater(t, drops[0], uint64(packets/8), "the first answer, unpaced, overran the link")
 	// Paced, an answer loses at most what the pacer's probe for more
 	// overshoots (the rate rises by a quarter a READ).
 	for i, d := range drops[1:] {
-		assert.Less(t, d, uint64(packets/4), "READ %d, paced", i+1)
+		assert.Less(t, d, min(drops[0], uint64(packets/4)), "READ %d, paced", i+1)
 	}
 	assert.NotZero(t, qp.Stats().ReadPace, "the answers are paced")
 
@@ -222,11 +225,11 @@ func TestPipelinedLargeReadsPace(t *testing.T) {
 		drops = append(drops, network.Stats().QueueDrops-before)
 	}
 	t.Logf("dropped by the link, round by round: %v; went back %v times; %+v", drops, backs, qp.Stats())
-	assert.Greater(t, drops[0], uint64(reads*packets/4), "the first round, unpaced, overran the link")
+	assert.Greater(t, drops[0], uint64(reads*packets/8), "the first round, unpaced, overran the link")
 	// One going back recovers the first round, if each duplicate leaves
 	// the answers before its PSN owed (44 times when each superseded all).
 	assert.LessOrEqual(t, backs[0], 5, "times the first round went back")
 	for i, d := range drops[1:] {
-		assert.Less(t, d, uint64(reads*packets/4), "round %d, paced", i+1)
+		assert.Less(t, d, min(drops[0], uint64(reads*packets/4)), "round %d, paced", i+1)
 	}
 }

@@ -312,8 +312,16 @@ func (r *requester) armTimers(qp *QP, now int64) {
 // schedule asks the device timer for the earliest deadline; with none
 // left, the QP's pending one is dropped (unschedule).
 func (r *requester) schedule(qp *QP) {
+	readsDue := qp.resp.pace.due
+	if readsDue != 0 && qp.txHeld != nil {
+		// The READ pacer waits for the receive batch holding our packets
+		// (responder.onReadTimer), whose release pumps it: a deadline
+		// passed already would fire the timer again and again until then.
+		qp.kickOwed = true
+		readsDue = 0
+	}
 	next := int64(0)
-	for _, at := range [...]int64{r.rec.lossDetectionTimeout(), r.rnrAt, r.paceAt, r.failAt(qp), qp.resp.pace.due} {
+	for _, at := range [...]int64{r.rec.lossDetectionTimeout(), r.rnrAt, r.paceAt, r.failAt(qp), readsDue} {
 		if at != 0 && (next == 0 || at < next) {
 			next = at
 		}
