@@ -26,14 +26,14 @@ type mmsgReader struct {
 	n     int                     // messages asked for, for read
 	got   int
 	errno syscall.Errno
-	// What prepare pointed each header at, and how many headers from the
-	// first the kernel may have written since (their lengths: of the
-	// datagram, the source's, the control data's): a receive into the
-	// same buffers sets up only those again. Setting up all of them
-	// for every wait cost a ping-pong 2% of its CPU (perf, send_lat).
-	prepared []preparedHeader
-	written  int
-	read     func(fd uintptr) bool // made once: a closure per call would allocate
+	// How many headers from the first the kernel may have written since
+	// prepare (their lengths: of the datagram, the source's, the control
+	// data's; never where they point): a receive into the buffers the
+	// headers point at sets up only those again (toPrepare). Setting up
+	// all of them for every wait cost a ping-pong 2% of its CPU (perf,
+	// send_lat).
+	written int
+	read    func(fd uintptr) bool // made once: a closure per call would allocate
 	// each's call in progress, and its body, made once for the same
 	// reason: a CQ or Signal waiter calls RecvEach once per wait.
 	inEach   eachCall
@@ -53,8 +53,7 @@ func newMmsgReader(c *net.UDPConn, size int, busy time.Duration) (*mmsgReader, e
 	if err != nil {
 		return nil, err
 	}
-	m := &mmsgReader{rc: rc, hdrs: make([]unix.Mmsghdr, size), iovs: make([]unix.Iovec, size), names: make([]unix.RawSockaddrInet6, size),
-		prepared: make([]preparedHeader, size), busy: busy}
+	m := &mmsgReader{rc: rc, hdrs: make([]unix.Mmsghdr, size), iovs: make([]unix.Iovec, size), names: make([]unix.RawSockaddrInet6, size), busy: busy}
 	m.read = m.recvmmsg
 	m.eachRead = m.readEach
 	return m, nil
@@ -176,16 +175,8 @@ func (m *mmsgReader) prepare(bufs, oobs [][]byte, k int) {
 			h.SetControllen(len(oobs[i]))
 		}
 		m.hdrs[i].Len = 0
-		m.prepared[i] = preparedHeader{buf: h.Iov.Base, n: len(bufs[i]), control: h.Control}
 	}
 	m.n, m.got, m.errno, m.written = n, 0, 0, 0
-}
-
-// preparedHeader is what prepare pointed a header at.
-type preparedHeader struct {
-	buf     *byte
-	n       int
-	control *byte // nil: none
 }
 
 // toPrepare is how many headers, from the first, a receive into bufs and
@@ -202,7 +193,7 @@ func (m *mmsgReader) toPrepare(bufs, oobs [][]byte) int {
 		if oobs != nil {
 			control = &oobs[i][0]
 		}
-		if m.prepared[i] != (preparedHeader{buf: &bufs[i][0], n: len(bufs[i]), control: control}) {
+		if m.iovs[i].Base != &bufs[i][0] || uint64(m.iovs[i].Len) != uint64(len(bufs[i])) || m.hdrs[i].Hdr.Control != control {
 			return n
 		}
 	}
