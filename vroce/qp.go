@@ -458,6 +458,17 @@ func (qp *QP) holdUntilSent(rb *rxBatch, sent uint64) {
 	}
 }
 
+// heldBehind reports whether packets the QP sent into b now would
+// overtake packets of its that a receive batch still holds (txHeld; b nil:
+// any send); if so it owes the QP a kick, which the batch's release runs.
+func (qp *QP) heldBehind(b *txBatch) bool {
+	if qp.txHeld == nil || qp.txHeld == b {
+		return false
+	}
+	qp.kickOwed = true
+	return true
+}
+
 // releaseHeld, once the batch that held the QP's packets has sent them,
 // runs the pump that waited for it.
 func (qp *QP) releaseHeld() {

@@ -305,8 +305,7 @@ func (r *responder) onReadTimer(qp *QP, now int64, out *txBatch) {
 	if r.pace.due == 0 || now < r.pace.due {
 		return
 	}
-	if qp.txHeld != nil && qp.txHeld != out {
-		qp.kickOwed = true
+	if qp.heldBehind(out) {
 		return
 	}
 	r.pumpReads(qp, out, now)

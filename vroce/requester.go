@@ -173,9 +173,8 @@ func (r *requester) pump(qp *QP, b *txBatch, now int64) {
 	if qp.state == QPSErr || r.rnrWait {
 		return
 	}
-	if qp.txHeld != nil && qp.txHeld != b {
-		qp.kickOwed = true // after the receive batch holding our packets
-		return
+	if qp.heldBehind(b) {
+		return // the receive batch holding our packets goes first
 	}
 	q := &qp.sq
 	for {
@@ -313,11 +312,10 @@ func (r *requester) armTimers(qp *QP, now int64) {
 // left, the QP's pending one is dropped (unschedule).
 func (r *requester) schedule(qp *QP) {
 	readsDue := qp.resp.pace.due
-	if readsDue != 0 && qp.txHeld != nil {
+	if readsDue != 0 && qp.heldBehind(nil) {
 		// The READ pacer waits for the receive batch holding our packets
 		// (responder.onReadTimer), whose release pumps it: a deadline
 		// passed already would fire the timer again and again until then.
-		qp.kickOwed = true
 		readsDue = 0
 	}
 	next := int64(0)
