@@ -3,6 +3,8 @@ package rsock
 import (
 	"io"
 	"testing"
+
+	"vroce.dev/internal/testkit/race"
 )
 
 // TestNoAllocationPerMessage: a steady 64-byte ping-pong over a stream
@@ -34,7 +36,7 @@ func TestNoAllocationPerMessage(t *testing.T) {
 	// trip; the iterator-built closures this test was written against cost
 	// ten times that. make test runs it again without the race detector.
 	limit := 0.0
-	if raceEnabled {
+	if race.Enabled {
 		limit = 20
 	}
 	if a := testing.AllocsPerRun(500, round); a > limit {

@@ -2,9 +2,10 @@ package vroce_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
+	"vroce.dev/internal/testkit/race"
+	"vroce.dev/internal/testkit/verbstest"
 	"vroce.dev/vroce"
 )
 
@@ -18,34 +19,19 @@ func TestVerbsPingPongNoAllocationPerRoundTrip(t *testing.T) {
 	send := vroce.SendWR{Opcode: vroce.WRSend, Flags: vroce.SendInline, Inline: msg}
 	recvOf := func(n *node) vroce.RecvWR { return vroce.RecvWR{SGL: []vroce.SGE{n.MR.SGE(0, 64)}} }
 	aRecv, peerRecv := recvOf(a), recvOf(peer)
-	// awaitRecv waits for n's receive completion, skipping its sends'.
-	awaitRecv := func(n *node, wc []vroce.WorkCompletion) error {
-		for {
-			k, err := n.CQ.PollWait(ctx, wc)
-			if err != nil {
-				return err
-			}
-			if k == 1 && wc[0].Status != vroce.WCSuccess {
-				return fmt.Errorf("completion: %v", wc[0].Status)
-			}
-			if k == 1 && wc[0].Opcode == vroce.WCRecv {
-				return nil
-			}
-		}
-	}
 	const warm, rounds = 200, 1000
-	require := func(err error) {
+	must := func(err error) {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	require(a.QP.PostRecv(aRecv))
-	require(peer.QP.PostRecv(peerRecv))
+	must(a.QP.PostRecv(aRecv))
+	must(peer.QP.PostRecv(peerRecv))
 	echoed := make(chan error, 1)
 	go func() { // the peer answers every ping, a PollWait each
 		wc := make([]vroce.WorkCompletion, 1)
 		for range warm + rounds + 1 { // AllocsPerRun runs its function once more to warm up
-			if err := awaitRecv(peer, wc); err != nil {
+			if err := verbstest.AwaitRecv(ctx, peer, wc); err != nil {
 				echoed <- err
 				return
 			}
@@ -62,9 +48,9 @@ func TestVerbsPingPongNoAllocationPerRoundTrip(t *testing.T) {
 	}()
 	wc := make([]vroce.WorkCompletion, 1)
 	round := func() {
-		require(a.QP.PostSend(send))
-		require(awaitRecv(a, wc))
-		require(a.QP.PostRecv(aRecv))
+		must(a.QP.PostSend(send))
+		must(verbstest.AwaitRecv(ctx, a, wc))
+		must(a.QP.PostRecv(aRecv))
 	}
 	for range warm { // queues, pools and timers reach their size
 		round()
@@ -72,11 +58,11 @@ func TestVerbsPingPongNoAllocationPerRoundTrip(t *testing.T) {
 	// With the race detector, sync.Pool drops what it is given a quarter
 	// of the time on purpose; make test runs this again without it.
 	limit := 0.0
-	if raceEnabled {
+	if race.Enabled {
 		limit = 20
 	}
 	if n := testing.AllocsPerRun(rounds, round); n > limit {
 		t.Errorf("%.2f allocations per round trip", n)
 	}
-	require(<-echoed)
+	must(<-echoed)
 }

@@ -115,23 +115,14 @@ func BenchmarkSendLatencyUnderLoss(b *testing.B) {
 	}
 }
 
-// waitOne waits for one receive completion, skipping send completions.
+// waitOne waits up to 30 seconds for one receive completion, skipping
+// send completions.
 func waitOne(n *node) (vroce.WorkCompletion, error) {
 	wc := make([]vroce.WorkCompletion, 1)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		k, err := n.CQ.PollWait(ctx, wc)
-		cancel()
-		if err != nil {
-			return vroce.WorkCompletion{}, err
-		}
-		if k == 1 && wc[0].Status != vroce.WCSuccess {
-			return wc[0], fmt.Errorf("completion failed: %v", wc[0].Status)
-		}
-		if k == 1 && wc[0].Opcode == vroce.WCRecv {
-			return wc[0], nil
-		}
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := verbstest.AwaitRecv(ctx, n, wc)
+	return wc[0], err
 }
 
 // BenchmarkTwoQPsShareARateLimitedLink: two QPs write at once into one

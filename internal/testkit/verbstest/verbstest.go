@@ -146,6 +146,25 @@ func WaitCompletions(t testing.TB, cq *vroce.CQ, n int, within time.Duration) []
 // is a synchronisation point in the Go memory model (as polling a CQ is).
 func Sync(n *Node) { _ = n.QP.State() }
 
+// AwaitRecv waits in n's CQ.PollWait for a receive completion, skipping
+// the send completions before it, and returns it in wc[0]; a completion
+// with an error status is an error. It allocates nothing (wc is the
+// caller's), so allocation counts may wait with it.
+func AwaitRecv(ctx context.Context, n *Node, wc []vroce.WorkCompletion) error {
+	for {
+		k, err := n.CQ.PollWait(ctx, wc[:1])
+		if err != nil {
+			return err
+		}
+		if k == 1 && wc[0].Status != vroce.WCSuccess {
+			return fmt.Errorf("completion failed: %v", wc[0].Status)
+		}
+		if k == 1 && wc[0].Opcode == vroce.WCRecv {
+			return nil
+		}
+	}
+}
+
 // MustSucceed fails the test if any completion has an error status.
 func MustSucceed(t testing.TB, wcs []vroce.WorkCompletion) {
 	t.Helper()

@@ -1,5 +1,0 @@
-//go:build race
-
-package vroce_test
-
-const raceEnabled = true
