@@ -231,7 +231,9 @@ var drain struct {
 // finished closing in the background (its FIN or DREQ answered, its
 // device released), or ctx ends. A program about to exit calls it after
 // closing its connections, so that its peers see them end cleanly; a
-// listener or connection still open keeps Drain waiting.
+// listener or connection still open keeps Drain waiting. A stream that
+// ended in order keeps its QP a few retransmission timeouts, 40 to
+// 500 ms (timeWaitFor), so that is the least Drain waits after one.
 func Drain(ctx context.Context) error {
 	if err := waitExchangeClosers(ctx); err != nil {
 		return err

@@ -38,9 +38,25 @@ const (
 	lingerTimeout = 10 * time.Second
 	// resetTimeout bounds the wait for an RST to leave.
 	resetTimeout = time.Second
-	// timeWait is how long a finished stream's QP outlives it.
-	timeWait = 500 * time.Millisecond
+	// A stream finished in order keeps its QP a while (timeWaitFor).
+	timeWaitRTOs = 4
+	minTimeWait  = 40 * time.Millisecond
+	maxTimeWait  = 500 * time.Millisecond
 )
+
+// timeWaitFor is how long a stream finished in order keeps its QP, as
+// TCP's TIME_WAIT: to acknowledge the peer's FIN again should our ACK be
+// lost, or the peer would send it until its retry_cnt ran out. The peer
+// sends it again after a tail-loss probe, then after its retransmission
+// timeout and twice that: four of our RTOs (the path's, so about the
+// peer's) cover those three, and at least 40 ms covers them for a peer
+// that never measured the path (one that only received: vroce starts
+// it at a 10 ms RTO), at most 500 ms. Unlike TCP's, it is waited out by
+// a program about to exit (Drain): a fixed 500 ms held every such
+// program's exit that long.
+func timeWaitFor(rto time.Duration) time.Duration {
+	return min(max(timeWaitRTOs*rto, minTimeWait), maxTimeWait)
+}
 
 // chunk is one received message not yet read: in a held SRQ buffer, or
 // copied out when small.
@@ -651,7 +667,7 @@ func (s *stream) teardown(onPoller bool) {
 		// As TCP's TIME_WAIT: the QP stays a moment to acknowledge the
 		// peer's FIN again should our ACK be lost, or the peer would
 		// retry until its retry_cnt ran out.
-		time.AfterFunc(timeWait, func() { release(false) })
+		time.AfterFunc(timeWaitFor(s.qp.Stats().RTO), func() { release(false) })
 		return
 	}
 	release(onPoller)

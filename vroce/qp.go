@@ -235,6 +235,8 @@ func (qp *QP) Stats() QPStats {
 	s.HeldBytes = qp.resp.heldBytes
 	s.ReadPace = int(qp.resp.pace.rate)
 	s.SRTT, s.MinRTT = time.Duration(qp.req.rec.rtt.SRTT), time.Duration(qp.req.rec.rtt.MinRTT)
+	est := qp.req.rec.estimate()
+	s.RTO = time.Duration(est.rto(0, qp.ackTimeout()))
 	return s
 }
 

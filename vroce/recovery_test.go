@@ -2,8 +2,10 @@ package vroce
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A requester probes for a lost tail after quietProbeFloor until the path
@@ -188,4 +190,27 @@ func TestAnUnansweredFreshQPRaisesItsPeersRTT(t *testing.T) {
 	c.arm(now, 0, 0, false)
 	assert.Equal(t, firstTimeout, c.onLossDetectionTimeout(c.rtoAt))
 	assert.Equal(t, before, peer.estimate(), "a sampled QP's timeout is a loss: the peer's estimate stands")
+}
+
+// The RTO a QP's Stats report is the timeout its next packet gets: on
+// the bench's 100 us path, the floor; on a path measured at 40 ms, the
+// estimate's, above it (rsock keeps a finished stream's QP for four of
+// them, for the peer's repeated FIN).
+func TestStatsReportTheRTOTheNextPacketGets(t *testing.T) {
+	for _, rtt := range []int64{100_000, 40_000_000} {
+		rb := newRequesterBench(t)
+		rb.qp.mu.Lock()
+		rb.qp.req.rec.rtt = rttEstimator{}
+		rb.qp.req.rec.sample(rtt)
+		rb.qp.mu.Unlock()
+		reported := rb.qp.Stats().RTO
+		rb.write(t, 1024, t0)
+		require.Len(t, rb.sink.take(), 1)
+		rb.qp.mu.Lock()
+		armed := rb.qp.req.rec.armedRTO
+		rb.qp.mu.Unlock()
+		assert.Equal(t, time.Duration(armed), reported, "an RTT of %v", time.Duration(rtt))
+		assert.Greater(t, reported, time.Duration(rtt), "an RTT of %v", time.Duration(rtt))
+		assert.GreaterOrEqual(t, reported, time.Duration(minRTO), "an RTT of %v", time.Duration(rtt))
+	}
 }

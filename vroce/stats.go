@@ -33,8 +33,8 @@ type DeviceStats struct {
 	// does: a leak shows here.
 	Resources Resources
 	// QPs sums the transport counters of the device's QPs (the window and
-	// RTT fields: the largest window, the largest SRTT, the smallest base
-	// RTT).
+	// RTT fields: the largest window, the largest SRTT and RTO, the
+	// smallest base RTT).
 	QPs QPStats
 }
 
@@ -97,6 +97,7 @@ func (s *QPStats) add(q QPStats) {
 	s.CWnd = max(s.CWnd, q.CWnd)
 	s.ReadPace = max(s.ReadPace, q.ReadPace)
 	s.SRTT = max(s.SRTT, q.SRTT)
+	s.RTO = max(s.RTO, q.RTO)
 	if s.MinRTT == 0 || (q.MinRTT != 0 && q.MinRTT < s.MinRTT) {
 		s.MinRTT = q.MinRTT
 	}
@@ -155,6 +156,9 @@ type QPStats struct {
 	CWnd   int           // congestion window, packets
 	SRTT   time.Duration // smoothed RTT
 	MinRTT time.Duration // base RTT
+	// RTO is the retransmission timeout a packet sent now would get,
+	// before any backoff: on a shared path, what the peer's will be too.
+	RTO time.Duration
 	// ReadPace is the rate the QP's large READ answers leave at, packets
 	// a second; 0 while they leave whole (readpace.go).
 	ReadPace int
