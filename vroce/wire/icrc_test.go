@@ -1,10 +1,14 @@
 package wire_test
 
 import (
+	"bytes"
+	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"vroce.dev/vroce/wire"
 )
@@ -144,5 +148,60 @@ func TestSealerMatchesFlow(t *testing.T) {
 	}
 	if (&wire.Sealer{}).Seal(make([]byte, 8)) {
 		t.Fatal("sealed a packet shorter than the BTH")
+	}
+}
+
+// A packet sealed from its pieces, its payload copied in (SealCopy) or
+// lent (SealSplit), carries the ICRC the whole packet gets, for heads a
+// BTH long and a little longer (those the CRC joins with what follows
+// them, up to its limit and past it), payloads of every length around
+// that limit and of a full packet, and tails of a trailer and padding.
+func TestSealFromPiecesMatchesSeal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	s := wire.Sealer{Flow: wire.Flow{Src: netip.MustParseAddrPort("10.0.0.1:4791"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")}}
+	var payloads []int
+	for n := 0; n <= 160; n++ {
+		payloads = append(payloads, n)
+	}
+	payloads = append(payloads, 400, 511, 512, 513, 1024, 1344, 4096)
+	for _, h := range []int{wire.BTHLen, wire.BTHLen + 4, 17, 28, 32} {
+		for _, n := range payloads {
+			for _, extra := range []int{0, 3, 11} { // a trailer and padding before the ICRC
+				whole := make([]byte, h+n+extra+wire.ICRCLen)
+				for k := range whole {
+					whole[k] = byte(rng.Uint32())
+				}
+				require.True(t, s.Seal(whole))
+				end := len(whole) - wire.ICRCLen
+				head := append([]byte(nil), whole[:h]...)
+				src := append([]byte(nil), whole[h:h+n]...)
+				tail := append(append([]byte(nil), whole[h+n:end]...), 0, 0, 0, 0)
+				dst := make([]byte, n)
+				require.True(t, s.SealCopy(head, dst, src, tail))
+				require.True(t, bytes.Equal(src, dst), "head %d, payload %d, %d more: the copy", h, n, extra)
+				require.Equal(t, whole[end:], tail[len(tail)-wire.ICRCLen:], "head %d, payload %d, %d more: SealCopy's ICRC", h, n, extra)
+				clear(tail[len(tail)-wire.ICRCLen:])
+				require.True(t, s.SealSplit(head, src, tail))
+				require.Equal(t, whole[end:], tail[len(tail)-wire.ICRCLen:], "head %d, payload %d, %d more: SealSplit's ICRC", h, n, extra)
+				require.True(t, s.Check(whole))
+			}
+		}
+	}
+}
+
+// BenchmarkSealCopy is a packet's payload copied in behind its headers
+// and the packet sealed: a small SEND with immediate data (a 16-byte
+// head, a 64-byte payload, a piggybacked ACK's 8 bytes after it) and a
+// full middle packet at MTU 1500 (a BTH alone, 1,344 bytes).
+func BenchmarkSealCopy(b *testing.B) {
+	s := wire.Sealer{Flow: wire.Flow{Src: netip.MustParseAddrPort("10.0.0.1:4791"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")}}
+	for _, c := range []struct{ head, payload, tail int }{{16, 64, 8 + wire.ICRCLen}, {12, 1344, wire.ICRCLen}} {
+		b.Run(fmt.Sprintf("%d+%d", c.head, c.payload), func(b *testing.B) {
+			pkt, src := make([]byte, c.head+c.payload+c.tail), make([]byte, c.payload)
+			b.SetBytes(int64(c.payload))
+			for b.Loop() {
+				s.SealCopy(pkt[:c.head], pkt[c.head:c.head+c.payload], src, pkt[c.head+c.payload:])
+			}
+		})
 	}
 }
