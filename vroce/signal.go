@@ -17,13 +17,20 @@ import (
 // One goroutine at a time receives for the device; others waiting on a
 // Signal sleep until it is notified.
 type Signal struct {
-	dev    *Device
-	notice chan struct{} // capacity 1: a notice not yet taken
+	dev *Device
+	// noticed is a notice not yet taken, and wake (capacity 1) rouses a
+	// waiter asleep when one is left. Most notices are left by the
+	// waiter's own batch, as it holds the receive turn: a channel of
+	// notices cost that waiter a send and a receive under the channel's
+	// lock on every message (with its length read, 260 samples of a
+	// one-CPU stream_lat's 15,000: 1 us of a round trip).
+	noticed atomic.Bool
+	wake    chan struct{}
 	// receiving counts waiters on this Signal holding the receive turn
 	// (briefly two, as one gives it up and another takes it): a Notify
 	// from outside the holder's batch must cut its receive short.
 	receiving atomic.Int32
-	// sleeping counts waiters blocked on the notice (and the offer).
+	// sleeping counts waiters blocked on wake (and the offer).
 	sleeping atomic.Int32
 	// cancel is the channel of the last waiter to hold the turn (written
 	// and read only by the holder, ordered by the turn's lock), and ready
@@ -34,7 +41,7 @@ type Signal struct {
 
 // NewSignal makes a Signal whose waiters may receive for d.
 func (d *Device) NewSignal() *Signal {
-	s := &Signal{dev: d, notice: make(chan struct{}, 1)}
+	s := &Signal{dev: d, wake: make(chan struct{}, 1)}
 	s.ready = s.readyForHolder
 	return s
 }
@@ -42,9 +49,14 @@ func (d *Device) NewSignal() *Signal {
 // Notify leaves a notice: a Wait in progress returns, or else the next
 // one returns at once. Notices do not add up.
 func (s *Signal) Notify() {
-	select {
-	case s.notice <- struct{}{}:
-	default:
+	// Left before sleeping is read, as a waiter counts itself sleeping
+	// before it looks for a notice: one of the two sees the other.
+	s.noticed.Store(true)
+	if s.sleeping.Load() > 0 {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
 	}
 	d := s.dev
 	d.wakeHolder(&s.receiving)
@@ -70,14 +82,8 @@ func (s *Signal) Wait(cancel <-chan struct{}) {
 	d := s.dev
 	turn := d.turn.intr != nil
 	for {
-		// Two single-case selects, not one of both: that one is a full
-		// selectgo, locking both channels, on every message a stream
-		// reads (with its locks, 200 samples of a one-CPU stream_lat's
-		// 15,000 against 105 for the two: about 0.4 us a round trip).
-		select {
-		case <-s.notice:
+		if s.take() {
 			return
-		default:
 		}
 		select {
 		case <-cancel:
@@ -91,40 +97,39 @@ func (s *Signal) Wait(cancel <-chan struct{}) {
 			turn = d.receiveHolding(context.Background(), s.ready, &s.receiving) == nil
 			continue
 		}
-		if !turn {
-			s.sleeping.Add(1)
-			select {
-			case <-s.notice:
-			case <-cancel:
-			}
-			s.sleeping.Add(-1)
-			return
+		var offer, done <-chan struct{} // nil for a waiter that may not take the turn
+		if turn {
+			offer, done = d.park(), d.done
 		}
-		offer := d.park()
 		s.sleeping.Add(1)
-		select {
-		case <-s.notice:
-		case <-cancel:
-		case <-offer: // the receive turn is free: take it, if it still is
-			s.sleeping.Add(-1)
-			d.unpark()
-			continue
-		case <-d.done:
-			s.sleeping.Add(-1)
-			d.unpark()
-			turn = false
-			continue
+		awake := s.take() // left before this waiter counted itself
+		if !awake {
+			select {
+			case <-s.wake: // the notice is taken at the top (a wake left over from one taken already: asleep again)
+			case <-cancel:
+				awake = true
+			case <-offer: // the receive turn is free: take it, if it still is
+			case <-done:
+				turn = false
+			}
 		}
 		s.sleeping.Add(-1)
-		d.unpark()
-		return
+		if offer != nil {
+			d.unpark()
+		}
+		if awake {
+			return
+		}
 	}
 }
+
+// take takes the notice, if one was left.
+func (s *Signal) take() bool { return s.noticed.Load() && s.noticed.Swap(false) }
 
 // readyForHolder reports, to the waiter holding the turn, whether its
 // wait is over.
 func (s *Signal) readyForHolder() bool {
-	if len(s.notice) > 0 || s.dev.isClosed() {
+	if s.noticed.Load() || s.dev.isClosed() {
 		return true
 	}
 	select {

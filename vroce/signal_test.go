@@ -87,10 +87,7 @@ func signalHoldingTheTurn(t *testing.T, s *signalEnd, peer pipeEnd, cancel <-cha
 	for i := range 200 {
 		sendTo(t, peer, s, i)
 		s.awaitRecvs(t, int64(i+1)) // this waiter is handed the turn
-		select {
-		case <-s.sig.notice: // the handler's, if awaitRecvs did not wait
-		default:
-		}
+		s.sig.take()                // the handler's notice, if awaitRecvs did not wait
 		res := make(chan struct{})
 		go func() { s.sig.Wait(cancel); close(res) }()
 		if eventually(20*time.Millisecond, func() bool { return s.dev.turnHolder() == turnWaiter }) {
@@ -203,4 +200,28 @@ func TestNotifyWithoutAWaiterKeepsTheTurn(t *testing.T) {
 			"send %d: the receive goroutine gave the turn up to nobody", i)
 	}
 	assert.Equal(t, int64(20), sa.recvs.Load())
+}
+
+// No notice is lost between a waiter's look for one and its sleep, nor
+// while it holds the receive turn: a notifier and a waiter in lockstep,
+// thousands of times.
+func TestSignalLosesNoNotice(t *testing.T) {
+	a, _ := turnQPs(t)
+	sig := a.dev.NewSignal()
+	const rounds = 5000
+	woke := make(chan struct{})
+	go func() {
+		for range rounds {
+			sig.Wait(nil)
+			woke <- struct{}{}
+		}
+	}()
+	for i := range rounds {
+		sig.Notify()
+		select {
+		case <-woke:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("notice %d of %d lost", i, rounds)
+		}
+	}
 }
