@@ -425,8 +425,15 @@ func TestDuplicatesAreReportedNotResent(t *testing.T) {
 			if sr && (sent == 0 || got == 0) || !sr && sent != 0 {
 				t.Fatalf("SACKs: %d sent, %d received (selective repeat %v)", sent, got, sr)
 			}
-			if f := a.QP.Stats().FastRetransmits; f != 0 {
-				t.Fatalf("duplicates were taken for losses: %d fast retransmits", f)
+			// A fast retransmit in a run with no probe or timeout is a
+			// duplicate taken for a loss. With one, it can be the stall
+			// that set that timer off: a host that stopped both ends
+			// (the race detector beside two CPU hogs, 1 run in 10)
+			// leaves packets sent before the probe's resend
+			// undelivered when its answer comes, and time-based loss
+			// detection marks them, duplicates or none.
+			if st := a.QP.Stats(); st.FastRetransmits != 0 && st.TailProbes+st.Timeouts == 0 {
+				t.Fatalf("duplicates were taken for losses: %d fast retransmits, and no probe or timeout", st.FastRetransmits)
 			}
 		})
 	}
