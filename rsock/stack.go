@@ -316,5 +316,5 @@ func (s *stack) remove(st *stream) {
 // deep enough for a window of data and the control messages beside it.
 func qpAttr(s *stack) vroce.QPInitAttr {
 	return vroce.QPInitAttr{Type: vroce.RC, SendCQ: s.cq, RecvCQ: s.cq, SRQ: s.srq,
-		Cap: vroce.QPCap{MaxSendWR: 4 * window, MaxSendSGE: 1}}
+		Cap: vroce.QPCap{MaxSendWR: 4 * window, MaxSendSGE: 1, MaxInlineData: inlineMax}}
 }
