@@ -25,10 +25,6 @@ const (
 	minPosted = 32
 	maxPosted = 1024
 	smallCopy = 2 << 10
-	// inlineMax is the largest write sent inline, with no buffer of its
-	// own and no completion (stream.sendInlineLocked): the engine's
-	// limit for inline data.
-	inlineMax = 256
 	// maxIdleBufs bounds the buffers a stack keeps free for reuse.
 	maxIdleBufs = 256
 	// smallBufSize is the send buffer of a write that fits one and can

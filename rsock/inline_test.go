@@ -20,18 +20,15 @@ import (
 func TestSmallWritesHoldNoBufferForTheirAck(t *testing.T) {
 	network := sim.NewNetwork(sim.Config{})
 	defer network.Close()
-	lc := &ListenConfig{Mode: ModeCM, Provider: "sim", ProviderOptions: network, DeviceAddr: "127.0.0.1:0", KeepAlive: -1}
-	l := listen(t, lc, "127.0.0.1:7300")
-	d := &Dialer{Mode: ModeCM, Provider: "sim", ProviderOptions: network, DeviceAddr: "127.0.0.2:7300", KeepAlive: -1}
-	c, s := pair(t, l, d)
+	c, s, l, dialer := simCMPair(t, network, 7300)
+	st := c.(*Conn).s
 	inflight := func() int {
-		st := c.(*Conn).s
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		return st.inflight.Len()
 	}
-	network.Partition(netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2"))
-	small, large := bytes.Repeat([]byte{1}, inlineMax), bytes.Repeat([]byte{2}, inlineMax+1)
+	network.Partition(netip.MustParseAddr("127.0.0.1"), dialer.Addr())
+	small, large := bytes.Repeat([]byte{1}, st.st.inlineMax), bytes.Repeat([]byte{2}, st.st.inlineMax+1)
 	_, err := c.Write(small)
 	require.NoError(t, err)
 	assert.Zero(t, inflight(), "a small write waits for its ACK in a buffer")

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"vroce.dev/providers/sim"
 )
 
 func TestMain(m *testing.M) {
@@ -60,6 +63,20 @@ func haveIPv6Loopback() bool {
 		l.Close()
 	}
 	return err == nil
+}
+
+// simCMPair connects a stream over network in RDMA_CM mode, keepalive
+// off, and returns both ends, the listener (on 127.0.0.1:port) and the
+// dialer's device address (127.0.0.2:port), which sim's DropNext and
+// Partition name.
+func simCMPair(t *testing.T, network *sim.Network, port int) (client, server net.Conn, l net.Listener, dialer netip.AddrPort) {
+	t.Helper()
+	dialer = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), uint16(port))
+	lc := &ListenConfig{Mode: ModeCM, Provider: "sim", ProviderOptions: network, DeviceAddr: "127.0.0.1:0", KeepAlive: -1}
+	l = listen(t, lc, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)).String())
+	d := &Dialer{Mode: ModeCM, Provider: "sim", ProviderOptions: network, DeviceAddr: dialer.String(), KeepAlive: -1}
+	client, server = pair(t, l, d)
+	return client, server, l, dialer
 }
 
 // pair dials l and returns both ends.

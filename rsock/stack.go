@@ -26,6 +26,10 @@ type stack struct {
 	onIdle   func()         // called once the last reference is gone
 	cfg      stackConfig    // what opened it
 	released chan struct{}  // closed when the device is
+	// inlineMax is the largest write sent inline, with no buffer of its
+	// own and no completion (stream.sendInlineLocked): the device's
+	// limit for inline data, set at open.
+	inlineMax int
 
 	mu        sync.Mutex // guards everything below
 	streams   map[uint32]*stream
@@ -70,7 +74,7 @@ func openStack(c stackConfig) (*stack, error) {
 		return nil, err
 	}
 	s := &stack{dev: dev, streams: map[uint32]*stream{}, keepalivePeriods: map[time.Duration]int{}, keepaliveKick: make(chan struct{}, 1), target: minPosted, maxTarget: maxPosted, wcs: make([]vroce.WorkCompletion, 64),
-		cfg: c, released: make(chan struct{}), recent: newRecentServices()}
+		cfg: c, released: make(chan struct{}), recent: newRecentServices(), inlineMax: dev.Attr().MaxInline}
 	fail := func(err error) (*stack, error) { dev.Close(); close(s.released); return nil, err }
 	if s.pd, err = dev.AllocPD(); err != nil {
 		return fail(err)
@@ -316,5 +320,5 @@ func (s *stack) remove(st *stream) {
 // deep enough for a window of data and the control messages beside it.
 func qpAttr(s *stack) vroce.QPInitAttr {
 	return vroce.QPInitAttr{Type: vroce.RC, SendCQ: s.cq, RecvCQ: s.cq, SRQ: s.srq,
-		Cap: vroce.QPCap{MaxSendWR: 4 * window, MaxSendSGE: 1, MaxInlineData: inlineMax}}
+		Cap: vroce.QPCap{MaxSendWR: 4 * window, MaxSendSGE: 1, MaxInlineData: s.inlineMax}}
 }

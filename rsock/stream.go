@@ -287,7 +287,7 @@ func (s *stream) writeLocked(p []byte, cancel <-chan struct{}) (int, error) {
 		if err := s.writableLocked(); err != nil || n == len(p) {
 			return n, err
 		}
-		if s.pending == nil && len(p)-n <= inlineMax && s.credits > 0 {
+		if s.pending == nil && len(p)-n <= s.st.inlineMax && s.credits > 0 {
 			if s.sendInlineLocked(p[n:]) {
 				s.bytesOut += uint64(len(p) - n)
 				n = len(p)
@@ -355,37 +355,27 @@ func (s *stream) sendPendingLocked() {
 	if b == nil || b.n == 0 || s.credits == 0 || s.state.hasFailed() || s.state == stateReleased {
 		return
 	}
-	wr := vroce.SendWR{Opcode: vroce.WRSendWithImm, Flags: vroce.SendSignaled, SGL: b.sge(b.n), Imm: immediate(kindData, s.owed)}
-	if err := s.qp.PostSend(wr); err != nil {
+	if err := s.postLocked(kindData, vroce.SendWR{Flags: vroce.SendSignaled, SGL: b.sge(b.n)}); err != nil {
 		s.failLocked(syscall.ECONNRESET)
 		return
 	}
 	s.pending = nil
-	s.credits--
-	s.allowed += s.owed
-	s.owed = 0
-	s.txCount++
 	s.inflight.Push(sent{buf: b, kind: kindData})
 }
 
 // sendInlineLocked sends p, a small write the peer has a credit for, at
 // once: the engine copies it as it is posted (SendInline), so no buffer
-// waits for its acknowledgement and it asks for no completion. A
+// waits for its acknowledgement and it asks for no completion. The
 // completion and the buffer it gave back (a CQ entry, the handler, the
 // stack's lock and a map lookup, the buffer pool's lock twice) were
-// a seventh of what rsock added to a 64-byte ping-pong. RC completes in
-// order, so the next signalled send's completion, or our FIN's, covers
-// it; a failure still completes every send, signalled or not.
+// about 0.45 us of a 55 us 64-byte round trip on one CPU. RC completes
+// in order, so the next signalled send's completion, or our FIN's,
+// covers it; a failure still completes every send, signalled or not.
 func (s *stream) sendInlineLocked(p []byte) bool {
-	wr := vroce.SendWR{Opcode: vroce.WRSendWithImm, Flags: vroce.SendInline, Inline: p, Imm: immediate(kindData, s.owed)}
-	if err := s.qp.PostSend(wr); err != nil {
+	if err := s.postLocked(kindData, vroce.SendWR{Flags: vroce.SendInline, Inline: p}); err != nil {
 		s.failLocked(syscall.ECONNRESET)
 		return false
 	}
-	s.credits--
-	s.allowed += s.owed
-	s.owed = 0
-	s.txCount++
 	return true
 }
 
@@ -394,15 +384,27 @@ func (s *stream) controlLocked(kind int) bool {
 	if s.state == stateReleased {
 		return false
 	}
-	wr := vroce.SendWR{Opcode: vroce.WRSendWithImm, Flags: vroce.SendSignaled, Imm: immediate(kind, s.owed)}
-	if err := s.qp.PostSend(wr); err != nil {
+	if err := s.postLocked(kind, vroce.SendWR{Flags: vroce.SendSignaled}); err != nil {
 		return false // the send queue is full or the QP failed: a later call retries
+	}
+	s.inflight.Push(sent{kind: kind})
+	return true
+}
+
+// postLocked posts wr as a message of kind, a SEND whose immediate data
+// grants the peer the credits owed; data spends one of the peer's.
+func (s *stream) postLocked(kind int, wr vroce.SendWR) error {
+	wr.Opcode, wr.Imm = vroce.WRSendWithImm, immediate(kind, s.owed)
+	if err := s.qp.PostSend(wr); err != nil {
+		return err
+	}
+	if kind == kindData {
+		s.credits--
 	}
 	s.allowed += s.owed
 	s.owed = 0
 	s.txCount++
-	s.inflight.Push(sent{kind: kind})
-	return true
+	return nil
 }
 
 // advanceLocked moves the stream on after any change: sends what it

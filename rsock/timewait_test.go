@@ -3,7 +3,6 @@ package rsock
 import (
 	"io"
 	"net"
-	"net/netip"
 	"testing"
 	"time"
 
@@ -21,11 +20,7 @@ import (
 func TestTimeWaitAcknowledgesARepeatedFIN(t *testing.T) {
 	network := sim.NewNetwork(sim.Config{})
 	defer network.Close()
-	lc := &ListenConfig{Mode: ModeCM, Provider: "sim", ProviderOptions: network, DeviceAddr: "127.0.0.1:0"}
-	l := listen(t, lc, "127.0.0.1:7200")
-	closer := netip.MustParseAddrPort("127.0.0.2:7200")
-	d := &Dialer{Mode: ModeCM, Provider: "sim", ProviderOptions: network, DeviceAddr: closer.String()}
-	c, s := pair(t, l, d)
+	c, s, l, closer := simCMPair(t, network, 7200)
 
 	// The positive control: data both ways, and c's FIN, arrive.
 	_, err := c.Write([]byte("ping"))
