@@ -507,8 +507,12 @@ func linkTitle(name string) string {
 func page(all []point) string {
 	var b strings.Builder
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
-	fmt.Fprintf(&b, "# vRoCE against kernel TCP\n\nMade by `make bench-page` on %s: %s, %d CPUs, Linux %s, the UDP provider (GSO/GRO). Each vRoCE figure and its TCP figure come from one `vroce-perf ... --compare tcp` run, seconds apart; of three such runs per row, the one with the median ratio is shown. Absolute numbers are noise on a shared machine, the ratios less so.\n\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.Version(), runtime.NumCPU(), strings.TrimSpace(string(kernel)))
+	cpus := fmt.Sprintf("%d CPUs", runtime.NumCPU())
+	if name := cpuName(); name != "" {
+		cpus += " (" + name + ")"
+	}
+	fmt.Fprintf(&b, "# vRoCE against kernel TCP\n\nMade by `make bench-page` on %s: %s, %s, Linux %s, the UDP provider (GSO/GRO). Each vRoCE figure and its TCP figure come from one `vroce-perf ... --compare tcp` run, seconds apart; of three such runs per row, the one with the median ratio is shown. Absolute numbers are noise on a shared machine, the ratios less so.\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.Version(), cpus, strings.TrimSpace(string(kernel)))
 	b.WriteString("**The benchmark of record runs between two processes in two network namespaces joined by a veth pair**, at MTU 1500 and 9000: server in one namespace, client in the other, kernel TCP over the same veth in the same run. One process on loopback, with its 32 KiB packets, comes last as a secondary view. Between the namespaces the latency rows run with the server and the client pinned to a CPU each (taskset), both transports alike: each half of a small message's round trip here is mostly one wake-up, 10-14 µs when both ends share a CPU and 28-48 µs across two, and left to the scheduler one run's two transports were often placed differently. `make bench-targets` measures both placements.\n\n")
 	vp, qp := byTool(all, vrocePerf), byTool(all, quicPerf)
 	inProcess := func(p point) bool { return p.Via == "" }

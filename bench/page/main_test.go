@@ -177,3 +177,11 @@ func TestStealIsProcStatsEighthValueInTicks(t *testing.T) {
 	require.Zero(t, stealOf([]byte("cpu  1 2 3 4")), "a kernel without the column")
 	require.Zero(t, stealOf([]byte("cpu  1 2 3 4 5 6 7 x")))
 }
+
+func TestCPUNameTellsGenerationsApart(t *testing.T) {
+	info := "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu\n\nprocessor\t: 1\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC 9R14\n"
+	require.Equal(t, "AMD EPYC, family 23 model 1", cpuNameOf(info), "the first processor's, numbered")
+	require.Equal(t, "Neoverse-N1", cpuNameOf("processor\t: 0\nmodel name\t: Neoverse-N1\n"), "no family and model to add")
+	require.Empty(t, cpuNameOf("processor\t: 0\nBogoMIPS\t: 50.00\n"), "no model name")
+	require.Empty(t, cpuNameOf(""))
+}
