@@ -406,11 +406,12 @@ func (d *Device) transmit(b *txBatch) {
 		}
 	}
 	d.stats.txPackets.Add(uint64(len(b.pkts)))
-	d.sending.begin(d.now())
+	began := d.now()
+	d.sending.begin(began)
 	if err := d.prov.Send(b.pkts); err != nil {
 		d.stats.txErrors.Add(1)
 	}
-	d.sending.end(d.now())
+	d.sending.end(began)
 	b.reset()
 }
 
