@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
 
@@ -118,7 +117,7 @@ func (l *link) command(ns string, end int, perf string, args ...string) *exec.Cm
 	if l.pin == nil {
 		return nspair.Command(ns, perf, args...)
 	}
-	return nspair.Command(ns, "taskset", append([]string{"-c", strconv.Itoa(l.pin.cpus[end]), perf}, args...)...)
+	return nspair.Pinned(l.pin.cpus[end], ns, perf, args...)
 }
 
 // runTool runs a measuring command and parses its JSON result lines.

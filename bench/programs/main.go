@@ -70,6 +70,20 @@ type site struct {
 	srvNS, cliNS string
 	srvHost      string
 	next         int // the next port, inside fresh namespaces
+	// cpus pins each namespace's processes to a CPU of its own, as two
+	// hosts of one CPU each, the TCP chain's and vRoCE's alike; empty,
+	// the scheduler places them (on one host's loopback, say). Left to
+	// it, where each run's processes landed moved a row's ratio as much
+	// as anything measured (bench/page's placement).
+	cpus map[string]int
+}
+
+// command is name run in namespace ns, on its CPU if the site pins it.
+func (s *site) command(ns, name string, args ...string) *exec.Cmd {
+	if cpu, ok := s.cpus[ns]; ok {
+		return nspair.Pinned(cpu, ns, name, args...)
+	}
+	return nspair.Command(ns, name, args...)
 }
 
 // port is a TCP port free on the site's side.
@@ -85,7 +99,11 @@ func (s *site) describe() string {
 	if s.srvNS == "" {
 		return "on one host's loopback"
 	}
-	return "between two network namespaces over a veth pair of MTU 1500 (servers in one, clients in the other)"
+	where := "between two network namespaces over a veth pair of MTU 1500 (servers in one, clients in the other"
+	if len(s.cpus) > 0 {
+		where += fmt.Sprintf("; each side's processes pinned to a CPU of its own, %d and %d, as two one-CPU hosts", s.cpus[s.srvNS], s.cpus[s.cliNS])
+	}
+	return where + ")"
 }
 
 // The programs measured, and the Debian packages they come in.
@@ -258,6 +276,9 @@ func newSite(linkKind string) (st *site, dir string, cleanup func(), err error) 
 		}
 		undo = append(undo, pair.Close)
 		st = &site{srvNS: pair.A, cliNS: pair.B, srvHost: pair.AddrA, next: 21000}
+		if cpus := nspair.AllowedCPUs(2); len(cpus) == 2 {
+			st.cpus = map[string]int{pair.A: cpus[0], pair.B: cpus[1]}
+		}
 	case "loopback":
 	default:
 		return nil, "", nil, fmt.Errorf("-link %q: want veth or loopback", linkKind)
@@ -300,8 +321,8 @@ func median(v []float64) float64 {
 // procSet is every process this run started; stop ends them all.
 type procSet []*exec.Cmd
 
-func (ps *procSet) start(ns, name string, args ...string) (*exec.Cmd, error) {
-	cmd := nspair.Command(ns, name, args...)
+func (ps *procSet) start(st *site, ns, name string, args ...string) (*exec.Cmd, error) {
+	cmd := st.command(ns, name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -370,7 +391,7 @@ func startServers(ps *procSet, st *site, self, dir string, wrap ...string) (*ser
 		if len(wrap) > 0 {
 			name, args = wrap[0], append(append(slices.Clone(wrap[1:]), name), args...)
 		}
-		_, err := ps.start(st.srvNS, name, args...)
+		_, err := ps.start(st, st.srvNS, name, args...)
 		return err
 	}
 	ports := make([]int, 4)
@@ -392,7 +413,7 @@ func startServers(ps *procSet, st *site, self, dir string, wrap ...string) (*ser
 	}
 	listening := []string{s.redis, s.iperf, s.nginx}
 	if len(wrap) == 0 { // a Go program: nothing to interpose
-		if _, err := ps.start(st.srvNS, self, "-echo-server", s.echo); err != nil {
+		if _, err := ps.start(st, st.srvNS, self, "-echo-server", s.echo); err != nil {
 			return nil, err
 		}
 		listening = append(listening, s.echo)
@@ -451,6 +472,7 @@ http {
 // the clients use, on the loopback of the clients' namespace.
 type chain struct {
 	kind                      string
+	st                        *site
 	ns                        string // the clients'
 	redis, iperf, nginx, echo string
 	wrap                      []string // what runs each client (vroce-run and its flags), if anything
@@ -460,7 +482,7 @@ type chain struct {
 // tcp:// in, TCP to the server out) beside the servers, and a client-side
 // proxy (TCP in, to the server-side proxy out) beside the clients.
 func startChain(ps *procSet, st *site, proxy, kind string, srv *servers) (*chain, error) {
-	c := &chain{kind: kind, ns: st.cliNS}
+	c := &chain{kind: kind, st: st, ns: st.cliNS}
 	for _, x := range []struct {
 		server string
 		entry  *string
@@ -480,13 +502,13 @@ func startChain(ps *procSet, st *site, proxy, kind string, srv *servers) (*chain
 		if kind == "vroce" {
 			clientSide = append(clientSide, "--no-fallback")
 		}
-		if _, err := ps.start(st.srvNS, proxy, serverSide...); err != nil {
+		if _, err := ps.start(st, st.srvNS, proxy, serverSide...); err != nil {
 			return nil, err
 		}
 		if err := awaitListening(st.srvNS, midAddr); err != nil {
 			return nil, err
 		}
-		if _, err := ps.start(st.cliNS, proxy, clientSide...); err != nil {
+		if _, err := ps.start(st, st.cliNS, proxy, clientSide...); err != nil {
 			return nil, err
 		}
 		if err := awaitListening(st.cliNS, *x.entry); err != nil {
@@ -501,7 +523,7 @@ func (c *chain) command(name string, args ...string) *exec.Cmd {
 	if len(c.wrap) > 0 {
 		name, args = c.wrap[0], append(append(slices.Clone(c.wrap[1:]), name), args...)
 	}
-	return nspair.Command(c.ns, name, args...)
+	return c.st.command(c.ns, name, args...)
 }
 
 // check reads data back through the chain byte for byte.

@@ -108,3 +108,15 @@ func TestEchoLoadTimesRequestsAfterEveryConnectionIsUp(t *testing.T) {
 	_, _, err = echoLoad(echoServer(t, 0, true), 2, 50*time.Millisecond)
 	require.ErrorContains(t, err, "differs")
 }
+
+// Each side of a pinned site runs on its own CPU, every program it
+// starts alike; an unpinned site leaves them to the scheduler.
+func TestASitePinsEachSideToItsCPU(t *testing.T) {
+	st := &site{srvNS: "srv", cliNS: "cli", cpus: map[string]int{"srv": 0, "cli": 1}}
+	assert.Equal(t, []string{"ip", "netns", "exec", "srv", "taskset", "-c", "0", "nginx", "-g", "x"}, st.command("srv", "nginx", "-g", "x").Args)
+	assert.Equal(t, []string{"ip", "netns", "exec", "cli", "taskset", "-c", "1", "wrk", "-c", "200"}, st.command("cli", "wrk", "-c", "200").Args)
+	assert.Contains(t, st.describe(), "pinned to a CPU of its own, 0 and 1")
+	loose := &site{srvNS: "srv", cliNS: "cli"}
+	assert.Equal(t, []string{"ip", "netns", "exec", "cli", "wrk"}, loose.command("cli", "wrk").Args)
+	assert.NotContains(t, loose.describe(), "pinned")
+}

@@ -92,7 +92,7 @@ func runPreload(pr preloadRun) error {
 	// --no-fallback fails a connection that could not use vRoCE instead
 	// of measuring it over TCP.
 	for name, mode := range map[string]string{"preload": "socket", "preload-cm": "cm"} {
-		chains[name] = &chain{kind: name, ns: st.cliNS, redis: interposed.redis, iperf: interposed.iperf, nginx: interposed.nginx,
+		chains[name] = &chain{kind: name, st: st, ns: st.cliNS, redis: interposed.redis, iperf: interposed.iperf, nginx: interposed.nginx,
 			wrap: []string{pr.vroceRun, "--mode", mode, "--no-fallback", "--"}}
 	}
 	for _, name := range []string{"vroce", "tcp", "preload", "preload-cm"} {
@@ -245,7 +245,7 @@ func perfDirect(ps *procSet, st *site, perf, test string, size, iters int) (perf
 		return perfResult{}, err
 	}
 	args := []string{test, "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters), "--port", fmt.Sprint(port)}
-	srv, err := ps.start(st.srvNS, perf, args...)
+	srv, err := ps.start(st, st.srvNS, perf, args...)
 	if err != nil {
 		return perfResult{}, err
 	}
@@ -254,7 +254,7 @@ func perfDirect(ps *procSet, st *site, perf, test string, size, iters int) (perf
 		return perfResult{}, err
 	}
 	var stderr strings.Builder
-	cmd := nspair.Command(st.cliNS, perf, append(args, "--json", st.srvHost)...)
+	cmd := st.command(st.cliNS, perf, append(args, "--json", st.srvHost)...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -1,20 +1,11 @@
 package main
 
-import "golang.org/x/sys/unix"
+import "vroce.dev/bench/internal/nspair"
 
 // placements are the ones this machine has CPUs for: the first two the
-// process may run on.
+// process may run on. None where processes cannot be pinned.
 func placements() []placement {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil
-	}
-	var cpus []int
-	for c := 0; c < 1024 && len(cpus) < 2; c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
+	cpus := nspair.AllowedCPUs(2)
 	if len(cpus) == 0 {
 		return nil
 	}
