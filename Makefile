@@ -121,8 +121,8 @@ bench-plugin: build
 # each chain data-checked first, RUNS times; then the echo over the vRoCE
 # chain alone at 10,000 streams against 200, timed once every stream is
 # up, its setup time beside (a flat cost per request is 1x). As root the
-# servers and the clients sit in two namespaces over veth (MTU 1500), else
-# on loopback (redis-server redis-tools iperf3 nginx-light wrk; about
+# servers and the clients sit in two namespaces over veth (MTU 1500), each
+# side on a CPU of its own, else on loopback (redis-server redis-tools iperf3 nginx-light wrk; about
 # four minutes at 2).
 bench-programs: build
 	$(GO) run ./bench/programs -proxy $(BIN)/rsock-proxy -runs $(RUNS)

@@ -11,8 +11,9 @@
 //
 // As root (the benchmark of record) the servers and their proxy run in
 // one network namespace and the clients and theirs in another, joined by
-// a veth pair of MTU 1500, as two hosts; elsewhere, or with -link
-// loopback, everything runs on this host's loopback.
+// a veth pair of MTU 1500, as two hosts, each side's processes pinned to
+// a CPU of its own (taskset) where there are two; elsewhere, or with
+// -link loopback, everything runs on this host's loopback, unpinned.
 //
 // The two chains differ only in the hop between the proxies. The vRoCE
 // chain's client proxy runs with --no-fallback, so a connection that
