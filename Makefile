@@ -93,9 +93,10 @@ bench: build
 
 # The results page: bench/README.md and its plots, vRoCE against kernel
 # TCP. The benchmark of record runs between two processes in two network
-# namespaces over a veth pair, at MTU 1500 and 9000 (root, ip); loopback in
-# one process follows as a secondary view, the streams against quic-go
-# too (about eight minutes). BENCH_FLAGS=-loopback-only for loopback alone.
+# namespaces over a veth pair, at MTU 1500 and 9000 (root, ip, taskset), each
+# end on a CPU of its own; loopback in one process follows as a secondary
+# view, the streams against quic-go too (about four minutes).
+# BENCH_FLAGS=-loopback-only for loopback alone.
 bench-page: build
 	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -quic $(BIN)/quic-perf -out bench $(BENCH_FLAGS)
 
