@@ -39,29 +39,8 @@ func newRequesterBench(t *testing.T) *requesterBench {
 func newBench(t *testing.T, piggyback bool) *requesterBench {
 	t.Helper()
 	sink := &sinkProvider{done: make(chan struct{})}
-	d, err := OpenWithProvider(sink, Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { d.Close() })
-	pd, err := d.AllocPD()
-	require.NoError(t, err)
-	cq, err := d.CreateCQ(1024)
-	require.NoError(t, err)
-	mr, err := pd.RegMR(make([]byte, 1<<20), AccessLocalWrite)
-	require.NoError(t, err)
-	qp, err := pd.CreateQP(QPInitAttr{Type: RC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(t, err)
-	for _, s := range []struct {
-		a QPAttr
-		m QPAttrMask
-	}{
-		{QPAttr{State: QPSInit, AccessFlags: accessAll}, QPAttrState | QPAttrAccessFlags},
-		{QPAttr{State: QPSRTR, Dest: benchPeer, PathMTU: MTU1024, DestQPN: 0x42, RQPSN: benchRQPSN, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true, PiggybackACK: piggyback},
-			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrSelectiveRepeat | QPAttrPiggybackACK},
-		{QPAttr{State: QPSRTS, SQPSN: benchSQPSN, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
-			QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic},
-	} {
-		require.NoError(t, qp.Modify(&s.a, s.m))
-	}
+	qp, _, mr := rtsQP(t, sink, MTU1024, piggyback)
+	d := qp.dev
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	d.sched.at.Store(t0)
@@ -72,6 +51,37 @@ func newBench(t *testing.T, piggyback bool) *requesterBench {
 	qp.req.rec.sample(100_000)
 	qp.req.rec.freshSample = false
 	return &requesterBench{qp: qp, sink: sink, mr: mr}
+}
+
+// rtsQP opens a device on p and brings an RC QP on it to RTS towards
+// benchPeer (selective repeat, the given path MTU, piggybacked ACKs read
+// when piggyback is set), with a 1 MiB MR and one CQ for both queues.
+func rtsQP(tb testing.TB, p Provider, mtu MTU, piggyback bool) (*QP, *CQ, *MR) {
+	tb.Helper()
+	d, err := OpenWithProvider(p, Config{})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { d.Close() })
+	pd, err := d.AllocPD()
+	require.NoError(tb, err)
+	cq, err := d.CreateCQ(1024)
+	require.NoError(tb, err)
+	mr, err := pd.RegMR(make([]byte, 1<<20), AccessLocalWrite)
+	require.NoError(tb, err)
+	qp, err := pd.CreateQP(QPInitAttr{Type: RC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(tb, err)
+	for _, s := range []struct {
+		a QPAttr
+		m QPAttrMask
+	}{
+		{QPAttr{State: QPSInit, AccessFlags: accessAll}, QPAttrState | QPAttrAccessFlags},
+		{QPAttr{State: QPSRTR, Dest: benchPeer, PathMTU: mtu, DestQPN: 0x42, RQPSN: benchRQPSN, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true, PiggybackACK: piggyback},
+			QPAttrState | QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer | QPAttrSelectiveRepeat | QPAttrPiggybackACK},
+		{QPAttr{State: QPSRTS, SQPSN: benchSQPSN, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+			QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic},
+	} {
+		require.NoError(tb, qp.Modify(&s.a, s.m))
+	}
+	return qp, cq, mr
 }
 
 // write posts an RDMA WRITE of n bytes and pumps at now.

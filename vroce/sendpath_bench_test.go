@@ -35,22 +35,8 @@ func (p *discardProvider) Close() error   { close(p.done); return nil }
 // about 49 times a message.
 func BenchmarkSendPath64KiBAt1344(b *testing.B) {
 	sink := &discardProvider{done: make(chan struct{})}
-	d, err := OpenWithProvider(sink, Config{})
-	require.NoError(b, err)
-	b.Cleanup(func() { d.Close() })
-	pd, err := d.AllocPD()
-	require.NoError(b, err)
-	cq, err := d.CreateCQ(1024)
-	require.NoError(b, err)
-	mr, err := pd.RegMR(make([]byte, 64<<10), AccessLocalWrite)
-	require.NoError(b, err)
-	qp, err := pd.CreateQP(QPInitAttr{Type: RC, SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(b, err)
-	require.NoError(b, qp.Modify(&QPAttr{State: QPSInit, AccessFlags: accessAll}, QPAttrState|QPAttrAccessFlags))
-	require.NoError(b, qp.Modify(&QPAttr{State: QPSRTR, Dest: benchPeer, PathMTU: MTU1344, DestQPN: 0x42, RQPSN: benchRQPSN, MaxDestRdAtomic: 1, MinRNRTimer: 1, SelectiveRepeat: true},
-		QPAttrState|QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer|QPAttrSelectiveRepeat))
-	require.NoError(b, qp.Modify(&QPAttr{State: QPSRTS, SQPSN: benchSQPSN, Timeout: 20, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
-		QPAttrState|QPAttrSQPSN|QPAttrTimeout|QPAttrRetryCnt|QPAttrRNRRetry|QPAttrMaxQPRdAtomic))
+	qp, cq, mr := rtsQP(b, sink, MTU1344, false)
+	d := qp.dev
 	qp.mu.Lock()
 	qp.req.cc.cwnd, qp.req.cc.slowStart = maxWindow, false
 	qp.mu.Unlock()
