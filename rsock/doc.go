@@ -17,8 +17,9 @@
 // a slow reader holds back only its own peer. Data moves as SENDs with
 // immediate data that also carries credits back; control (credits alone,
 // FIN, RST, keepalive) needs no receive buffer of its own. A write within
-// the device's inline limit (256 bytes) that the peer has a credit for
-// leaves inline, holding no buffer and asking for no completion.
+// the device's inline limit (DeviceAttr.MaxInline, 256 bytes in vroce)
+// that the peer has a credit for leaves inline, holding no buffer and
+// asking for no completion.
 //
 // Connection modes: SOCKET (default) probes the service's UDP port
 // (an IB CM service ID resolution on QP1) while it connects over TCP; a
