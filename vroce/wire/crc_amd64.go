@@ -9,6 +9,10 @@ import "golang.org/x/sys/cpu"
 // reports only together with AVX-512.
 var haveFold256 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpuidECX7()&(1<<10) != 0
 
+// haveFold128: AVX (which also says the OS saves the vector registers)
+// and PCLMULQDQ, whose VEX encoding fold128 uses.
+var haveFold128 = cpu.X86.HasAVX && cpu.X86.HasPCLMULQDQ
+
 // haveStdlib512: hash/crc32 folds 512 bits at a time from stdlib512Min
 // bytes on (AVX-512 VPCLMULQDQ).
 var haveStdlib512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
@@ -33,6 +37,16 @@ func fold256(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)
 //
 //go:noescape
 func fold256Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)
+
+// fold128 is fold256 on 128-bit registers.
+//
+//go:noescape
+func fold128(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)
+
+// fold128Copy is fold256Copy on 128-bit registers.
+//
+//go:noescape
+func fold128Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)
 
 // shortCRC is crc32.Update's result for p (more than 16 bytes) with d
 // XORed into its first eight bytes: the inverted register, and the

@@ -8,6 +8,12 @@ func fold256(crc uint32, p []byte, keys *[4]uint64, v *[16]byte) { panic("unreac
 
 func fold256Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte) { panic("unreachable") }
 
+const haveFold128 = false
+
+func fold128(crc uint32, p []byte, keys *[4]uint64, v *[16]byte) { panic("unreachable") }
+
+func fold128Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte) { panic("unreachable") }
+
 const haveShortCRC = false
 
 const haveStdlib512, stdlib512Min = false, 0

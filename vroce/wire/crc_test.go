@@ -11,7 +11,7 @@ import (
 // and around the fold's block and threshold (so the short path too), at
 // every alignment, from any CRC.
 func TestUpdateIEEEMatchesStandardLibrary(t *testing.T) {
-	t.Logf("256-bit fold: %v; short path: %v; the standard library's 512-bit path from %d bytes: %v", haveFold256, haveShortCRC, stdlib512Min, haveStdlib512)
+	t.Logf("256-bit fold: %v; 128-bit fold: %v; short path: %v; the standard library's 512-bit path from %d bytes: %v", haveFold256, haveFold128, haveShortCRC, stdlib512Min, haveStdlib512)
 	rng := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, 9000)
 	for i := range buf {
@@ -30,10 +30,10 @@ func TestUpdateIEEEMatchesStandardLibrary(t *testing.T) {
 			if got := updateIEEE(crc, p); got != want {
 				t.Fatalf("length %d at offset %d from %08x: %08x, want %08x", n, off, crc, got, want)
 			}
-			// The fold itself, where the dispatch would not choose it.
-			if haveFold256 && n >= foldBlock {
-				if got := updateFold256(crc, p); got != want {
-					t.Fatalf("fold: length %d at offset %d from %08x: %08x, want %08x", n, off, crc, got, want)
+			// The folds themselves, where the dispatch would not choose them.
+			for name, fold := range folds(n) {
+				if got := fold(crc, p); got != want {
+					t.Fatalf("%s: length %d at offset %d from %08x: %08x, want %08x", name, n, off, crc, got, want)
 				}
 			}
 		}
@@ -60,11 +60,7 @@ func TestCopyUpdateIEEECopiesAndMatches(t *testing.T) {
 			p, d := src[off[0]:off[0]+n], dst[off[1]:]
 			crc := rng.Uint32()
 			want := crc32.Update(crc, crc32.IEEETable, p)
-			copies := map[string]func(uint32, []byte, []byte) uint32{"dispatch": copyUpdateIEEE}
-			if haveFold256 && n >= foldBlock {
-				copies["fold"] = copyFold256 // where the dispatch would not choose it
-			}
-			for name, copyCRC := range copies {
+			for name, copyCRC := range copyingFolds(n) {
 				for i := range dst {
 					dst[i] = 0xa5
 				}
@@ -82,19 +78,48 @@ func TestCopyUpdateIEEECopiesAndMatches(t *testing.T) {
 	}
 }
 
+// folds are the folds this CPU can run on n bytes, named, whether or not
+// updateIEEE would choose them.
+func folds(n int) map[string]func(uint32, []byte) uint32 {
+	f := map[string]func(uint32, []byte) uint32{}
+	if n < foldBlock {
+		return f
+	}
+	if haveFold256 {
+		f["fold256"] = updateFold256
+	}
+	if haveFold128 {
+		f["fold128"] = updateFold128
+	}
+	return f
+}
+
+// copyingFolds are copyUpdateIEEE and the copying folds this CPU can run
+// on n bytes, named, whether or not copyUpdateIEEE would choose them.
+func copyingFolds(n int) map[string]func(uint32, []byte, []byte) uint32 {
+	f := map[string]func(uint32, []byte, []byte) uint32{"dispatch": copyUpdateIEEE}
+	if n < foldBlock {
+		return f
+	}
+	if haveFold256 {
+		f["fold256"] = copyFold256
+	}
+	if haveFold128 {
+		f["fold128"] = copyFold128
+	}
+	return f
+}
+
 func FuzzCopyUpdateIEEE(f *testing.F) {
 	f.Add(uint32(0), make([]byte, 600))
 	f.Add(uint32(0xffffffff), make([]byte, 1344))
 	f.Fuzz(func(t *testing.T, crc uint32, p []byte) {
 		want := crc32.Update(crc, crc32.IEEETable, p)
 		d := make([]byte, len(p))
-		if got := copyUpdateIEEE(crc, d, p); got != want || !bytes.Equal(d, p) {
-			t.Fatalf("length %d from %08x: %08x, want %08x (copied equal: %v)", len(p), crc, got, want, bytes.Equal(d, p))
-		}
-		if haveFold256 && len(p) >= foldBlock {
+		for name, copyCRC := range copyingFolds(len(p)) {
 			clear(d)
-			if got := copyFold256(crc, d, p); got != want || !bytes.Equal(d, p) {
-				t.Fatalf("fold: length %d from %08x: %08x, want %08x (copied equal: %v)", len(p), crc, got, want, bytes.Equal(d, p))
+			if got := copyCRC(crc, d, p); got != want || !bytes.Equal(d, p) {
+				t.Fatalf("%s: length %d from %08x: %08x, want %08x (copied equal: %v)", name, len(p), crc, got, want, bytes.Equal(d, p))
 			}
 		}
 	})
@@ -108,9 +133,9 @@ func FuzzUpdateIEEE(f *testing.F) {
 		if got := updateIEEE(crc, p); got != want {
 			t.Fatalf("length %d from %08x: %08x, want %08x", len(p), crc, got, want)
 		}
-		if haveFold256 && len(p) >= foldBlock {
-			if got := updateFold256(crc, p); got != want {
-				t.Fatalf("fold: length %d from %08x: %08x, want %08x", len(p), crc, got, want)
+		for name, fold := range folds(len(p)) {
+			if got := fold(crc, p); got != want {
+				t.Fatalf("%s: length %d from %08x: %08x, want %08x", name, len(p), crc, got, want)
 			}
 		}
 	})
@@ -138,31 +163,38 @@ func BenchmarkUpdateIEEEShort(b *testing.B) {
 }
 
 // BenchmarkCopyAndCRC is a 1344-byte payload copied into a packet and
-// its ICRC computed: as dispatched, by the fold in one pass, or a copy
-// and then the CRC.
+// its ICRC computed: as dispatched, by each copying fold, or a copy and
+// then the CRC. As a 64 KiB WRITE's packets are, the payloads are cut in
+// turn from a 64 KiB buffer into a batch's worth of packets, so neither
+// side is all in the first-level cache.
 func BenchmarkCopyAndCRC(b *testing.B) {
-	src, dst := make([]byte, 1344), make([]byte, 1344)
-	b.Run("dispatch", func(b *testing.B) {
-		b.SetBytes(int64(len(src)))
-		for b.Loop() {
-			copyUpdateIEEE(0, dst, src)
+	const payload, packet = 1344, 1400
+	src, dst := make([]byte, 64<<10), make([]byte, 64*packet)
+	apart := func(crc uint32, d, s []byte) uint32 {
+		n := copy(d, s)
+		return updateIEEE(crc, d[:n])
+	}
+	ways := copyingFolds(payload)
+	ways["apart"] = apart
+	for _, name := range []string{"dispatch", "fold256", "fold128", "apart"} {
+		copyCRC, ok := ways[name]
+		if !ok {
+			continue
 		}
-	})
-	if haveFold256 {
-		b.Run("fold", func(b *testing.B) {
-			b.SetBytes(int64(len(src)))
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(payload)
+			from, to := 0, 0
 			for b.Loop() {
-				copyFold256(0, dst, src)
+				copyCRC(0, dst[to:to+payload], src[from:from+payload])
+				if from += payload; from+payload > len(src) {
+					from = 0
+				}
+				if to += packet; to+packet > len(dst) {
+					to = 0
+				}
 			}
 		})
 	}
-	b.Run("apart", func(b *testing.B) {
-		b.SetBytes(int64(len(src)))
-		for b.Loop() {
-			copy(dst, src)
-			updateIEEE(0, dst)
-		}
-	})
 }
 
 func BenchmarkUpdateIEEE4K(b *testing.B) {
@@ -174,6 +206,14 @@ func BenchmarkUpdateIEEE4K(b *testing.B) {
 			updateIEEE(0, p)
 		}
 	})
+	if haveFold128 {
+		b.Run("fold128", func(b *testing.B) {
+			b.SetBytes(int64(len(p)))
+			for b.Loop() {
+				updateFold128(0, p)
+			}
+		})
+	}
 	b.Run("stdlib", func(b *testing.B) {
 		b.SetBytes(int64(len(p)))
 		for b.Loop() {
