@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"hash/crc32"
 	"math/bits"
 )
@@ -56,9 +57,21 @@ func updateFold128(crc uint32, p []byte) uint32 {
 // finishFold is the CRC, from a zero register, of the 16 bytes a fold
 // left (v, kept on the caller's stack) followed by the input's rest
 // after the folded blocks.
+// Where the CPU has the short path it reduces v and the rest with
+// carry-less multiplies: table lookups here missed the cache, which the
+// fold's stream of stores had just filled with the packet.
 func finishFold(v *[16]byte, rest []byte) uint32 {
-	crc := updateSlicing8(0xffffffff, v[:])
-	return crc32.Update(crc, crc32.IEEETable, rest)
+	if !haveShortCRC {
+		crc := updateSlicing8(0xffffffff, v[:])
+		return crc32.Update(crc, crc32.IEEETable, rest)
+	}
+	if len(rest) == 0 {
+		return laneCRC(v, &shortKeysIEEE)
+	}
+	var b [16 + foldBlock]byte // v, then rest: shortCRC reads one message
+	copy(b[:], v[:])
+	n := 16 + copy(b[16:], rest)
+	return shortCRC(b[:n], 0, -n&15, &shortKeysIEEE)
 }
 
 // copyUpdateIEEE copies src into dst (at least as long, not overlapping
@@ -159,6 +172,23 @@ func updateShort(crc uint32, p []byte, bth bool) uint32 {
 		d |= uint64(p[4]^0xff) << 32
 	}
 	return shortCRC(p, d, -len(p)&15, &shortKeysIEEE)
+}
+
+// updateLane is updateIEEE for p of 4 to 16 bytes on a CPU with the short
+// path; with bth, p begins with a BTH (12 bytes or more) whose resv8a
+// counts as ones. It reduces one lane: p after as many zero bytes as
+// fill it, with the register XORed into p's first four bytes (from a
+// zero register, zeros in front leave the CRC as it is). A BTH's CRC by
+// tables missed the cache on most packets of a bulk send.
+func updateLane(crc uint32, p []byte, bth bool) uint32 {
+	var lane [16]byte
+	z := len(lane) - len(p)
+	copy(lane[z:], p)
+	if bth {
+		lane[z+4] = 0xff
+	}
+	binary.LittleEndian.PutUint32(lane[z:], binary.LittleEndian.Uint32(lane[z:])^^crc)
+	return laneCRC(&lane, &shortKeysIEEE)
 }
 
 // shortKeys are shortCRC's constants.

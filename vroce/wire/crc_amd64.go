@@ -54,3 +54,9 @@ func fold128Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)
 //
 //go:noescape
 func shortCRC(p []byte, d uint64, z int, k *shortKeys) uint32
+
+// laneCRC is crc32.Update's result, from a zero register, for the 16
+// bytes of lane: shortCRC's reduction alone.
+//
+//go:noescape
+func laneCRC(lane *[16]byte, k *shortKeys) uint32

@@ -92,6 +92,35 @@ merge:
 	PSRLDQ    $4, x \
 	PXOR      tmp, x
 
+// REDUCE is the CRC (crc32.Update's, from a zero register) of the 16
+// bytes in X1, in AX, with the constants at DX (shortKeys): 128 bits to
+// 96 (the front 64 bits times x^64 mod P, added to the back 64 moved up
+// 32), 96 to 64 and then to the 64-bit T = M*x^32 (mod P) with SHRINK,
+// and Barrett: q = (T's front 32 bits * mu) / x^32; the CRC is the back
+// 32 bits of T + q*P. It uses X0, X2 and X3.
+#define REDUCE \
+	MOVQ      16(DX), X0 \
+	MOVO      X1, X2 \
+	PCLMULQDQ $0x00, X0, X2 \
+	PSRLDQ    $8, X1 \
+	PSLLDQ    $4, X1 \
+	PXOR      X2, X1 \
+	PCMPEQB X3, X3 \
+	PSRLQ   $32, X3 \
+	SHRINK(X0, X3, X1, X2) \
+	SHRINK(X0, X3, X1, X2) \
+	MOVQ      24(DX), X0 \
+	MOVO      X1, X2 \
+	PAND      X3, X2 \
+	PCLMULQDQ $0x00, X0, X2 \
+	PAND      X3, X2 \
+	MOVQ      32(DX), X0 \
+	PCLMULQDQ $0x00, X0, X2 \
+	PXOR      X2, X1 \
+	PSRLQ     $32, X1 \
+	MOVQ      X1, AX \
+	NOTL      AX
+
 // func shortCRC(p []byte, d uint64, z int, k *shortKeys) uint32
 TEXT ·shortCRC(SB), NOSPLIT, $0-52
 	MOVQ p_base+0(FP), SI
@@ -132,34 +161,7 @@ loop:
 	JNZ   loop
 
 reduce:
-	// 128 bits to 96: the front 64 bits times x^64 mod P, added to the
-	// back 64 moved up 32.
-	MOVQ      16(DX), X0
-	MOVO      X1, X2
-	PCLMULQDQ $0x00, X0, X2
-	PSRLDQ    $8, X1
-	PSLLDQ    $4, X1
-	PXOR      X2, X1
-
-	// 96 bits to 64, then to the 64-bit T = M*x^32 (mod P).
-	PCMPEQB X3, X3
-	PSRLQ   $32, X3
-	SHRINK(X0, X3, X1, X2)
-	SHRINK(X0, X3, X1, X2)
-
-	// Barrett: q = (T's front 32 bits * mu) / x^32; the CRC is the back
-	// 32 bits of T + q*P.
-	MOVQ      24(DX), X0
-	MOVO      X1, X2
-	PAND      X3, X2
-	PCLMULQDQ $0x00, X0, X2
-	PAND      X3, X2
-	MOVQ      32(DX), X0
-	PCLMULQDQ $0x00, X0, X2
-	PXOR      X2, X1
-	PSRLQ     $32, X1
-	MOVQ      X1, AX
-	NOTL      AX
+	REDUCE
 	MOVL      AX, ret+48(FP)
 	RET
 
@@ -325,3 +327,12 @@ loopcopy128:
 
 mergecopy128:
 	MERGE8_AND_STORE
+
+// func laneCRC(lane *[16]byte, k *shortKeys) uint32
+TEXT ·laneCRC(SB), NOSPLIT, $0-20
+	MOVQ  lane+0(FP), SI
+	MOVQ  k+8(FP), DX
+	MOVOU (SI), X1
+	REDUCE
+	MOVL  AX, ret+16(FP)
+	RET

@@ -40,6 +40,36 @@ func TestUpdateIEEEMatchesStandardLibrary(t *testing.T) {
 	}
 }
 
+// updateLane agrees with the standard library for every length it takes,
+// from any CRC, and with bth (for a BTH and what follows it) counts resv8a,
+// the fifth byte, as ones.
+func TestUpdateLaneMatchesStandardLibrary(t *testing.T) {
+	if !haveShortCRC {
+		t.Skip("updateLane needs PCLMULQDQ and SSSE3, which this CPU lacks")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for n := 4; n <= 16; n++ {
+		for range 50 {
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(rng.Uint32())
+			}
+			crc := rng.Uint32()
+			if got, want := updateLane(crc, p, false), crc32.Update(crc, crc32.IEEETable, p); got != want {
+				t.Fatalf("length %d from %08x: %08x, want %08x", n, crc, got, want)
+			}
+			if n < BTHLen {
+				continue
+			}
+			masked := bytes.Clone(p)
+			masked[4] = 0xff
+			if got, want := updateLane(crc, p, true), crc32.Update(crc, crc32.IEEETable, masked); got != want {
+				t.Fatalf("BTH, length %d from %08x: %08x, want %08x", n, crc, got, want)
+			}
+		}
+	}
+}
+
 // copyUpdateIEEE copies exactly its source, no byte past it, and returns
 // the standard library's CRC of it, for the same lengths and alignments
 // (source and destination misaligned apart too).

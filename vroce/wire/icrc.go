@@ -83,9 +83,15 @@ func headersCRC(ipHdr, udpHdr []byte) (uint32, bool) {
 // icrcFrom continues the CRC of the headers (headersCRC) over the BTH,
 // resv8a set to ones, and the rest of the packet before its ICRC.
 func icrcFrom(crc uint32, head, body, tail []byte) uint32 {
-	if shortPath(len(head)) {
+	switch {
+	case shortPath(len(head)):
 		crc = updateShort(crc, head, true) // resv8a masked on the way
-	} else {
+	case haveShortCRC && len(head) <= 16:
+		crc = updateLane(crc, head, true)
+	case haveShortCRC:
+		crc = updateLane(crc, head[:BTHLen], true)
+		crc = updateIEEE(crc, head[BTHLen:])
+	default:
 		var bth [BTHLen]byte
 		copy(bth[:], head[:BTHLen])
 		bth[4] = 0xff // resv8a
