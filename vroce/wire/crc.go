@@ -48,9 +48,9 @@ func updateFold256(crc uint32, p []byte) uint32 {
 // 2026-12-05: 280-283 against 249-304 ns for 1,344 bytes), and it is
 // kept to test fold128's loop without fold128Copy's stores.
 func updateFold128(crc uint32, p []byte) uint32 {
-	n := len(p) &^ (foldBlock - 1)
+	n := len(p) &^ (fold128Block - 1)
 	var v [16]byte
-	fold128(^crc, p[:n], &foldKeys, &v)
+	fold128(^crc, p[:n], &foldKeys128, &v)
 	return finishFold(&v, p[n:])
 }
 
@@ -110,9 +110,9 @@ func copyFold256(crc uint32, dst, src []byte) uint32 {
 // copyFold128 is copyFold256 by the 128-bit fold.
 func copyFold128(crc uint32, dst, src []byte) uint32 {
 	dst = dst[:len(src)]
-	n := len(src) &^ (foldBlock - 1)
+	n := len(src) &^ (fold128Block - 1)
 	var v [16]byte
-	fold128Copy(^crc, dst[:n], src[:n], &foldKeys, &v)
+	fold128Copy(^crc, dst[:n], src[:n], &foldKeys128, &v)
 	copy(dst[n:], src[n:])
 	return finishFold(&v, src[n:])
 }
@@ -126,10 +126,11 @@ func copyFold128(crc uint32, dst, src []byte) uint32 {
 func stdlibFaster(n int) bool { return haveStdlib512 && n >= stdlib512Min }
 
 const (
-	shortMin   = 17  // shortCRC's least: it reads its second lane from p
-	slicingMax = 96  // below this slicing-by-8 beats hash/crc32's call
-	foldBlock  = 128 // bytes folded per step: four 256-bit accumulators
-	foldMin    = 512 // below this the standard library (or shortCRC) is as fast
+	shortMin     = 17  // shortCRC's least: it reads its second lane from p
+	slicingMax   = 96  // below this slicing-by-8 beats hash/crc32's call
+	foldBlock    = 128 // bytes folded per step: four 256-bit accumulators
+	fold128Block = 64  // fold128's: four 128-bit accumulators
+	foldMin      = 512 // below this the standard library (or shortCRC) is as fast
 )
 
 // foldKeys are the multipliers that move a 16-byte lane forward: the low
@@ -138,6 +139,13 @@ const (
 // are merged.
 var foldKeys = [4]uint64{
 	foldKey(1024 + 32), foldKey(1024 - 32),
+	foldKey(128 + 32), foldKey(128 - 32),
+}
+
+// foldKeys128 are foldKeys for fold128, whose main loop moves a lane
+// 512 bits.
+var foldKeys128 = [4]uint64{
+	foldKey(512 + 32), foldKey(512 - 32),
 	foldKey(128 + 32), foldKey(128 - 32),
 }
 

@@ -38,12 +38,14 @@ func fold256(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)
 //go:noescape
 func fold256Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)
 
-// fold128 is fold256 on 128-bit registers.
+// fold128 is fold256 on 128-bit registers, four lanes and 64 bytes a
+// step, with foldKeys128.
 //
 //go:noescape
 func fold128(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)
 
-// fold128Copy is fold256Copy on 128-bit registers.
+// fold128Copy is fold128 that also copies p into dst on the way, as
+// fold256Copy does.
 //
 //go:noescape
 func fold128Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)

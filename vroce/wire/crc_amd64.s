@@ -212,24 +212,22 @@ loopcopy:
 mergecopy:
 	MERGE_AND_STORE
 
-// MERGE8_AND_STORE folds the eight lanes in X1-X8, in order, into one
+// MERGE4_AND_STORE folds the four lanes in X1-X4, in order, into one
 // with the keys at 16(DX), stores it at (DI) and returns.
-#define MERGE8_AND_STORE \
+#define MERGE4_AND_STORE \
 	VMOVDQU 16(DX), X0 \
 	FOLD(X0, X1, X9, X2) \
 	FOLD(X0, X1, X9, X3) \
 	FOLD(X0, X1, X9, X4) \
-	FOLD(X0, X1, X9, X5) \
-	FOLD(X0, X1, X9, X6) \
-	FOLD(X0, X1, X9, X7) \
-	FOLD(X0, X1, X9, X8) \
 	VMOVDQU X1, (DI) \
 	RET
 
 // func fold128(crc uint32, p []byte, keys *[4]uint64, v *[16]byte) is
 // fold256 with 128-bit carry-less multiplies (AVX's VEX encoding of
-// PCLMULQDQ): eight 16-byte lanes in eight accumulators, the same block
-// and keys.
+// PCLMULQDQ): four 16-byte lanes, 64 bytes a step (fold128Block), with
+// keys for that distance (foldKeys128). The multiplies' throughput
+// bounds it, not their latency, so more lanes would not be faster, and
+// a 1,344- or 1,024-byte payload folds whole.
 TEXT ·fold128(SB), NOSPLIT, $0-48
 	MOVL crc+0(FP), AX
 	MOVQ p_base+8(FP), SI
@@ -244,12 +242,8 @@ TEXT ·fold128(SB), NOSPLIT, $0-48
 	VMOVDQU 16(SI), X2
 	VMOVDQU 32(SI), X3
 	VMOVDQU 48(SI), X4
-	VMOVDQU 64(SI), X5
-	VMOVDQU 80(SI), X6
-	VMOVDQU 96(SI), X7
-	VMOVDQU 112(SI), X8
-	ADDQ    $128, SI
-	SUBQ    $128, CX
+	ADDQ    $64, SI
+	SUBQ    $64, CX
 	JZ      merge128
 
 loop128:
@@ -257,28 +251,12 @@ loop128:
 	FOLD(X0, X2, X10, 16(SI))
 	FOLD(X0, X3, X11, 32(SI))
 	FOLD(X0, X4, X12, 48(SI))
-	FOLD(X0, X5, X13, 64(SI))
-	FOLD(X0, X6, X14, 80(SI))
-	FOLD(X0, X7, X15, 96(SI))
-	FOLD(X0, X8, X9, 112(SI))
-	ADDQ $128, SI
-	SUBQ $128, CX
+	ADDQ $64, SI
+	SUBQ $64, CX
 	JNZ  loop128
 
 merge128:
-	MERGE8_AND_STORE
-
-// COPY4 loads the 64 bytes at off(SI) into X9-X12 and stores them at
-// off(BX).
-#define COPY4(off) \
-	VMOVDQU off(SI), X9 \
-	VMOVDQU 16+off(SI), X10 \
-	VMOVDQU 32+off(SI), X11 \
-	VMOVDQU 48+off(SI), X12 \
-	VMOVDQU X9, off(BX) \
-	VMOVDQU X10, 16+off(BX) \
-	VMOVDQU X11, 32+off(BX) \
-	VMOVDQU X12, 48+off(BX)
+	MERGE4_AND_STORE
 
 // func fold128Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)
 // is fold128 that also stores p into dst, each 64 bytes as they are
@@ -292,41 +270,41 @@ TEXT ·fold128Copy(SB), NOSPLIT, $0-72
 	MOVQ v+64(FP), DI
 
 	VMOVDQU (DX), X0
-	COPY4(0)
-	VMOVDQA X9, X1
-	VMOVDQA X10, X2
-	VMOVDQA X11, X3
-	VMOVDQA X12, X4
-	COPY4(64)
-	VMOVDQA X9, X5
-	VMOVDQA X10, X6
-	VMOVDQA X11, X7
-	VMOVDQA X12, X8
+	VMOVDQU (SI), X1
+	VMOVDQU 16(SI), X2
+	VMOVDQU 32(SI), X3
+	VMOVDQU 48(SI), X4
+	VMOVDQU X1, (BX)
+	VMOVDQU X2, 16(BX)
+	VMOVDQU X3, 32(BX)
+	VMOVDQU X4, 48(BX)
 	VMOVD   AX, X9
 	VPXOR   X9, X1, X1
-	ADDQ    $128, SI
-	ADDQ    $128, BX
-	SUBQ    $128, CX
+	ADDQ    $64, SI
+	ADDQ    $64, BX
+	SUBQ    $64, CX
 	JZ      mergecopy128
 
 loopcopy128:
-	COPY4(0)
-	FOLD(X0, X1, X13, X9)
-	FOLD(X0, X2, X14, X10)
-	FOLD(X0, X3, X15, X11)
-	FOLD(X0, X4, X13, X12)
-	COPY4(64)
-	FOLD(X0, X5, X14, X9)
-	FOLD(X0, X6, X15, X10)
-	FOLD(X0, X7, X13, X11)
-	FOLD(X0, X8, X14, X12)
-	ADDQ $128, SI
-	ADDQ $128, BX
-	SUBQ $128, CX
+	VMOVDQU (SI), X5
+	VMOVDQU 16(SI), X6
+	VMOVDQU 32(SI), X7
+	VMOVDQU 48(SI), X8
+	VMOVDQU X5, (BX)
+	VMOVDQU X6, 16(BX)
+	VMOVDQU X7, 32(BX)
+	VMOVDQU X8, 48(BX)
+	FOLD(X0, X1, X9, X5)
+	FOLD(X0, X2, X10, X6)
+	FOLD(X0, X3, X11, X7)
+	FOLD(X0, X4, X12, X8)
+	ADDQ $64, SI
+	ADDQ $64, BX
+	SUBQ $64, CX
 	JNZ  loopcopy128
 
 mergecopy128:
-	MERGE8_AND_STORE
+	MERGE4_AND_STORE
 
 // func laneCRC(lane *[16]byte, k *shortKeys) uint32
 TEXT ·laneCRC(SB), NOSPLIT, $0-20

@@ -112,13 +112,10 @@ func TestCopyUpdateIEEECopiesAndMatches(t *testing.T) {
 // updateIEEE would choose them.
 func folds(n int) map[string]func(uint32, []byte) uint32 {
 	f := map[string]func(uint32, []byte) uint32{}
-	if n < foldBlock {
-		return f
-	}
-	if haveFold256 {
+	if haveFold256 && n >= foldBlock {
 		f["fold256"] = updateFold256
 	}
-	if haveFold128 {
+	if haveFold128 && n >= fold128Block {
 		f["fold128"] = updateFold128
 	}
 	return f
@@ -128,13 +125,10 @@ func folds(n int) map[string]func(uint32, []byte) uint32 {
 // on n bytes, named, whether or not copyUpdateIEEE would choose them.
 func copyingFolds(n int) map[string]func(uint32, []byte, []byte) uint32 {
 	f := map[string]func(uint32, []byte, []byte) uint32{"dispatch": copyUpdateIEEE}
-	if n < foldBlock {
-		return f
-	}
-	if haveFold256 {
+	if haveFold256 && n >= foldBlock {
 		f["fold256"] = copyFold256
 	}
-	if haveFold128 {
+	if haveFold128 && n >= fold128Block {
 		f["fold128"] = copyFold128
 	}
 	return f
