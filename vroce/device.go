@@ -265,6 +265,8 @@ func (d *Device) rxLoop() {
 					return
 				}
 				d.sendLeftOwed(rb)
+			} else {
+				d.flushHeld(rb)
 			}
 			continue
 		}

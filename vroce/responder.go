@@ -37,9 +37,11 @@ type responder struct {
 	// READ budget (readpace.go).
 	pace readPacer
 
-	ackPending bool // a coalesced ACK is owed
-	asked      int  // requests for an ACK the owed one answers (ackRequested)
-	ackQueued  bool // the QP is on the receive batch's ACK list
+	ackPending bool   // a coalesced ACK is owed
+	ackOwedAt  int64  // device time it became owed (owesAck)
+	ackedPSN   uint32 // the PSN the last ACK that left acknowledged through
+	asked      int    // requests for an ACK the owed one answers (ackRequested)
+	ackQueued  bool   // the QP is on the receive batch's ACK list
 	// replies predicts that the program answers what this QP receives
 	// before it waits again, so that a waiter holding the receive turn
 	// may leave the ACK for the answer to carry (receiveTurn), as TCP's
@@ -81,7 +83,7 @@ type atomicResult struct {
 
 func (r *responder) reset(qp *QP, psn uint32, sr bool) {
 	r.release(qp)
-	*r = responder{ePSN: psn, sr: sr, pace: readPacer{dups: tokenBucket{tokens: dupReadBurst}}}
+	*r = responder{ePSN: psn, ackedPSN: psnAdd(psn, -1), sr: sr, pace: readPacer{dups: tokenBucket{tokens: dupReadBurst}}}
 }
 
 // release returns held packets' buffers to the device.
@@ -468,9 +470,30 @@ func (r *responder) abort(qp *QP, p *wire.Packet, rb *rxBatch, code uint8, recvS
 // however many packets of the batch asked, the requester gets one
 // cumulative ACK.
 func (r *responder) owesAck(qp *QP, rb *rxBatch) {
-	r.ackPending = true
+	if !r.ackPending {
+		r.ackPending, r.ackOwedAt = true, rb.now
+	}
 	rb.oweAck(qp)
 }
+
+// mayHoldAck reports whether the owed ACK may wait for an answer to carry
+// it: the program answers (replies), the peer reads piggybacked ACKs,
+// and the ACK has nothing to say that a piggybacked one cannot (SACK
+// blocks, a duplicate's report) nor READ answers to wait behind.
+//
+// Nor may an ACK wait that acknowledges more than holdMaxPackets, as
+// TCP acknowledges at least every second full segment: a stream's
+// receiver answers with credit updates, which taught it that it replies,
+// and its bulk sender, clocked by these ACKs, lost half its speed when
+// they waited for one.
+func (r *responder) mayHoldAck(qp *QP) bool {
+	return r.replies && qp.attr.PiggybackACK && !(r.sr && r.heldN > 0) && !r.dupOwed && !r.readsWaiting() &&
+		psnDiff(psnAdd(r.ePSN, -1), r.ackedPSN) <= holdMaxPackets
+}
+
+// holdMaxPackets is the most packets an ACK held for an answer may
+// acknowledge.
+const holdMaxPackets = 2
 
 // ackCopiesFrom is how many requests for an ACK a receive batch's one
 // coalesced ACK must answer for it to leave twice.
@@ -502,15 +525,8 @@ func (r *responder) owed() ack {
 	return ack{psn: psnAdd(r.ePSN, -1), aeth: wire.AETH{Syndrome: wire.AckSyndromeNoCredits, MSN: r.msn}}
 }
 
-// sendOwedAck sends the coalesced ACK, if one is still owed.
-func (qp *QP) sendOwedAck(out *txBatch) {
-	qp.mu.Lock()
-	qp.resp.ackQueued = false
-	qp.sendOwedAckLocked(out)
-	qp.mu.Unlock()
-}
-
-// sendOwedAckLocked is sendOwedAck under qp.mu.
+// sendOwedAckLocked sends the coalesced ACK, if one is still owed, under
+// qp.mu.
 func (qp *QP) sendOwedAckLocked(out *txBatch) {
 	r := &qp.resp
 	// A QP moving to ERR sends what it owes first (toErrorLocked).
@@ -533,6 +549,7 @@ func (qp *QP) sendOwedAckLocked(out *txBatch) {
 		}
 		r.ackPending, r.asked = false, 0
 		a := r.owed()
+		r.ackedPSN = a.psn
 		for range copies {
 			r.sendHeaders(qp, out, &wire.Packet{BTH: wire.BTH{Opcode: wire.RCAcknowledge, PSN: a.psn}, AETH: a.aeth}, &s)
 		}
@@ -554,6 +571,7 @@ func (r *responder) piggyback(qp *QP, p *wire.Packet, here bool) {
 	}
 	r.ackPending, r.asked = false, 0
 	a := r.owed()
+	r.ackedPSN = a.psn
 	p.BTH.PiggyACK = true
 	p.Piggy = wire.PiggyACK{PSN: a.psn, AETH: a.aeth}
 	qp.stats.PiggyACKsSent++

@@ -1,5 +1,7 @@
 package vroce
 
+import "time"
+
 // A receive batch: the packets one receive call delivered, handed to
 // their QPs by whoever holds the receive turn (the device's receive
 // goroutine, or a goroutine waiting on a CQ or a Signal; turn.go). It
@@ -20,6 +22,7 @@ type rxBatch struct {
 	pumped []*QP
 	piggy  bool  // one of them could piggyback it on a reply
 	due    []*CQ // completion handlers it made due (scratch, reused)
+	now    int64 // device time the batch began (handleBatch)
 }
 
 // oweAck queues qp's coalesced ACK, under qp.mu: it is sent when the
@@ -35,6 +38,7 @@ func (b *rxBatch) oweAck(qp *QP) {
 // handleBatch hands each received packet to its QP and runs the
 // completion handlers the batch made due.
 func (d *Device) handleBatch(pkts []Packet, rb *rxBatch) {
+	rb.now = d.now()
 	d.handlers.begin()
 	for i := range pkts {
 		d.receive(&pkts[i], rb)
@@ -45,29 +49,58 @@ func (d *Device) handleBatch(pkts []Packet, rb *rxBatch) {
 }
 
 // settle sends what a receive batch owes: its coalesced ACKs, then the
-// batch. A holder that gives up the turn to the goroutine whose work the
-// batch completed (keep) leaves owed the ACKs of QPs whose program
-// answers before it waits again (responder.replies): the answer carries
-// them (wire.PiggyACK), and the next holder sends what is left. Otherwise,
-// when the batch woke a goroutine, it first lets it run, for the same
-// reason.
+// batch. The ACK of a QP whose program answers what it receives
+// (responder.replies) is held instead, for up to ackHold, for the answer
+// to carry (wire.PiggyACK): by whoever holds the receive turn, across
+// batches and from one holder to the next (holdAcks). When the batch
+// woke a goroutine and the holder keeps the turn, it first lets that
+// goroutine run, for the same reason.
 func (d *Device) settle(rb *rxBatch, keep bool) {
 	if d.handedOff.Swap(false) && rb.piggy && !keep {
 		d.yield.yield()
 	}
 	rb.piggy = false
-	kept := rb.acks[:0]
-	for i, qp := range rb.acks {
-		rb.acks[i] = nil
-		if keep && qp.leavesAckOwed() {
-			kept = append(kept, qp)
-			continue
-		}
-		qp.sendOwedAck(rb.out)
-	}
-	rb.acks = kept
+	d.holdAcks(rb, rb.now, !keep)
 	d.transmit(rb.out)
 	d.releaseHeld(rb)
+}
+
+// holdAcks goes through the ACKs rb owes: those that may still wait
+// for an answer stay in rb.acks, the rest go into rb.out. The turn's
+// holder keeps the held ones (releaseTurn leaves them to the next), and
+// with watch, the timer goroutine has it send them once the first comes
+// due (checkTurnLease), should nothing else bring it back first. A holder
+// about to give the turn up does not watch: the turn's lease bounds what
+// it leaves, as before ACKs were held, and in a ping-pong the answer
+// has taken the ACK long before; a check every ackHold cost it a
+// timerfd_settime for every eight round trips.
+func (d *Device) holdAcks(rb *rxBatch, now int64, watch bool) {
+	kept := rb.acks[:0]
+	due := int64(0)
+	for i, qp := range rb.acks {
+		rb.acks[i] = nil
+		if at, held := qp.holdOrSendAck(now, rb.out); held {
+			kept = append(kept, qp)
+			if due == 0 || at < due {
+				due = at
+			}
+		}
+	}
+	rb.acks = kept
+	d.turn.ackDue.Store(due)
+	if due != 0 && watch {
+		d.scheduleTurn(due)
+	}
+}
+
+// flushHeld, after a receive that returned no batch (interrupted by the
+// timer goroutine for a held ACK come due, or by anything else), sends
+// the held ACKs that are due.
+func (d *Device) flushHeld(rb *rxBatch) {
+	if len(rb.acks) > 0 {
+		d.holdAcks(rb, d.now(), true)
+		d.transmit(rb.out)
+	}
 }
 
 // releaseHeld lets the QPs whose packets rb.out held, now sent, pump
@@ -81,27 +114,39 @@ func (d *Device) releaseHeld(rb *rxBatch) {
 }
 
 // sendLeftOwed sends the ACKs a holder of the turn left owed (taken into
-// rb.acks with the turn), learning from each whether a request carried
-// it in the meantime.
+// rb.acks with the turn) that may wait no longer, and keeps the rest.
 func (d *Device) sendLeftOwed(rb *rxBatch) {
-	for i, qp := range rb.acks {
-		qp.mu.Lock()
-		if qp.resp.ackPending {
-			qp.resp.replies = false // nothing answered in time
-		}
-		qp.resp.ackQueued = false
-		qp.sendOwedAckLocked(rb.out)
-		qp.mu.Unlock()
-		rb.acks[i] = nil
-	}
-	rb.acks = rb.acks[:0]
+	d.holdAcks(rb, d.now(), true)
 	d.transmit(rb.out)
 }
 
-// leavesAckOwed reports whether the QP's owed ACK may wait for a request
-// to carry it.
-func (qp *QP) leavesAckOwed() bool {
+// ackHold is how long an owed ACK may wait for an answer to carry it:
+// long enough for a program to answer through another process (a proxy
+// writing to its server and reading the reply: a few hundred
+// microseconds on a loaded host), and well below the peer's loss probe on
+// a clean path (quietProbeFloor), which an ACK held longer would set off.
+// Eight 1 KiB echo streams through two rsock-proxys sent an ACK alone
+// for every message each way when only a turn handed back held them.
+const ackHold = 500 * time.Microsecond
+
+// holdOrSendAck holds the QP's owed ACK for an answer to carry, reporting
+// when it comes due, or sends it into out. An ACK held until it came due
+// teaches the responder that its program does not answer in time
+// (responder.replies).
+func (qp *QP) holdOrSendAck(now int64, out *txBatch) (due int64, held bool) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	return qp.resp.replies && qp.attr.PiggybackACK && qp.resp.ackPending
+	r := &qp.resp
+	if r.ackPending {
+		due = r.ackOwedAt + int64(ackHold)
+		if now < due && r.mayHoldAck(qp) {
+			return due, true
+		}
+		if r.replies && now >= due {
+			r.replies = false // nothing answered in time
+		}
+	}
+	r.ackQueued = false
+	qp.sendOwedAckLocked(out)
+	return 0, false
 }

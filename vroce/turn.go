@@ -36,6 +36,10 @@ type receiveTurn struct {
 	// woke: a batch woke a CQ waiter, who could take the turn (set by
 	// CQ.wakeLocked, read by the holder after its batch).
 	woke atomic.Bool
+	// ackDue: when the first ACK the turn holds for an answer comes due
+	// (holdAcks), 0 for none: set by the turn's holder, read by the timer
+	// goroutine (checkTurnLease), which has it sent.
+	ackDue atomic.Int64
 
 	mu        sync.Mutex
 	holder    turnHolder
@@ -171,22 +175,39 @@ func (t *receiveTurn) giveBack() {
 // checkTurnLease, on the timer goroutine, gives a turn free for its
 // lease back to the receive goroutine, and lengthens the lease of a turn
 // it finds in use.
+//
+// It also sees that held ACKs leave once due: a holder is interrupted to
+// send them (flushHeld), and a free turn goes back to the receive
+// goroutine at once, which sends them as it takes it (sendLeftOwed).
 func (d *Device) checkTurnLease(now int64) {
 	t := &d.turn
+	due := t.ackDue.Load()
+	acksDue := due != 0 && due <= now
 	t.mu.Lock()
 	if t.holder != turnFree {
-		if t.holder == turnWaiter {
+		if t.holder == turnWaiter && !acksDue {
 			t.lease = min(2*t.lease, int64(maxTurnLease))
 		}
 		t.mu.Unlock()
+		if acksDue {
+			d.interruptTurn()
+		} else if due != 0 {
+			d.scheduleTurn(due)
+		}
 		return
 	}
 	at := t.freeSince + t.lease
+	if acksDue {
+		at = now
+	}
 	if at <= now {
 		t.lease = int64(turnLease)
 	}
 	t.mu.Unlock()
 	if at > now {
+		if due != 0 && due < at {
+			at = due
+		}
 		d.scheduleTurn(at)
 		return
 	}
@@ -300,6 +321,7 @@ func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool)
 		if err != nil || w.keep {
 			break
 		}
+		d.flushHeld(rb)
 	}
 	clear(rb.due)
 	w.done, rb.out = nil, nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,4 +305,69 @@ func TestTurnLease(t *testing.T) {
 	d.checkTurnLease(base + int64(maxTurnLease))
 	assert.True(t, gaveBack(), "a turn free for its whole lease did not go back")
 	assert.Equal(t, turnLease, lease(), "an expiry resets the lease")
+}
+
+// A held ACK that comes due makes the lease check have it sent: a free
+// turn goes back to the receive goroutine at once, lease or not, and the
+// receive of a waiter holding the turn is interrupted, without doubling
+// its lease. Until it is due, neither happens.
+func TestTurnLeaseSeesHeldACKsLeave(t *testing.T) {
+	var interrupts atomic.Int32
+	a, _ := pipeQPsWith(t, func(p *pipeProvider) Provider { return countedTurnPipe{turnPipe{p}, &interrupts} })
+	d := a.dev
+	tr := &d.turn
+	// As in TestTurnLease: only the record changes, an hour ahead.
+	tr.mu.Lock()
+	holder := tr.holder
+	base := d.now() + int64(time.Hour)
+	tr.holder, tr.freeSince = turnFree, base
+	tr.mu.Unlock()
+	require.Equal(t, turnLoop, holder)
+	defer func() {
+		tr.ackDue.Store(0)
+		tr.mu.Lock()
+		tr.holder, tr.lease = holder, int64(turnLease)
+		tr.mu.Unlock()
+	}()
+	gaveBack := func() bool {
+		select {
+		case <-tr.back:
+			return true
+		default:
+			return false
+		}
+	}
+	due := base + int64(ackHold)/2 // before the lease runs out
+
+	tr.ackDue.Store(due)
+	d.checkTurnLease(due - 1)
+	assert.False(t, gaveBack(), "given back before the held ACK was due")
+	d.checkTurnLease(due)
+	assert.True(t, gaveBack(), "a free turn holding a due ACK stayed free for the rest of its lease")
+
+	tr.mu.Lock()
+	tr.holder = turnWaiter
+	tr.mu.Unlock()
+	before := interrupts.Load()
+	d.checkTurnLease(due)
+	assert.Equal(t, before+1, interrupts.Load(), "the waiter holding a due ACK was not interrupted")
+	assert.False(t, gaveBack())
+	tr.mu.Lock()
+	assert.Equal(t, int64(turnLease), tr.lease, "a check for a due ACK lengthened the lease")
+	tr.mu.Unlock()
+
+	tr.ackDue.Store(0)
+	d.checkTurnLease(due)
+	assert.Equal(t, before+1, interrupts.Load(), "interrupted with no ACK held")
+}
+
+// countedTurnPipe counts the interrupts of a turnPipe.
+type countedTurnPipe struct {
+	turnPipe
+	n *atomic.Int32
+}
+
+func (p countedTurnPipe) InterruptRecv() {
+	p.n.Add(1)
+	p.turnPipe.InterruptRecv()
 }
