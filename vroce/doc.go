@@ -50,7 +50,9 @@
 // delay-based congestion control, which reads the standing RTT, with its
 // pacer (congestion.go); the completer judges whether a timeout that
 // collapsed the window was spurious (completer.go). A receive
-// batch (rxbatch.go) owes its coalesced ACKs when it ends; the responder
+// batch (rxbatch.go) owes its coalesced ACKs when it ends, and holds for
+// a while the ACK of a QP whose program answers, for the answer to carry
+// (holdAcks; the timer goroutine sees it leave when due); the responder
 // owes an ack and the completer takes one, from its own packet or riding
 // on a request.
 //
