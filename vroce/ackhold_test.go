@@ -49,11 +49,17 @@ func (b *ackHoldBench) deliverOne(t *testing.T, ask bool, rx *rxBatch) {
 	}
 }
 
-// answer posts a one-packet SEND and returns what left.
+// answer posts a one-packet SEND and returns what left, then
+// acknowledges it as the peer would: left in flight, it would draw the
+// QP's loss probe after 1 ms of real time, and a probe leaving just after
+// an ACK went alone would teach the QP that its program answers.
 func (b *ackHoldBench) answer(t *testing.T) []wire.Packet {
 	t.Helper()
 	require.NoError(t, b.qp.PostSend(SendWR{Opcode: WRSend, SGL: []SGE{b.mr.SGE(4096, 64)}}))
-	return b.sink.take()
+	sent := b.sink.take()
+	require.NotEmpty(t, sent)
+	b.ack(ackThrough(sent[len(sent)-1].BTH.PSN), b.qp.dev.now())
+	return sent
 }
 
 func (b *ackHoldBench) replies() bool {
