@@ -70,10 +70,12 @@ func (d *Device) settle(rb *rxBatch, keep bool) {
 // holder keeps the held ones (releaseTurn leaves them to the next), and
 // with watch, the timer goroutine has it send them once the first comes
 // due (checkTurnLease), should nothing else bring it back first. A holder
-// about to give the turn up does not watch: the turn's lease bounds what
-// it leaves, as before ACKs were held, and in a ping-pong the answer
-// has taken the ACK long before; a check every ackHold cost it a
-// timerfd_settime for every eight round trips.
+// about to give the turn up does not watch, nor leave a due for the timer
+// to find: the turn's lease bounds what it leaves, as before ACKs were
+// held, and in a ping-pong the answer has taken the ACK long before (a
+// check every ackHold cost a timerfd_settime for every eight round trips,
+// and a due left behind woke the timer goroutine again after each lease
+// check).
 func (d *Device) holdAcks(rb *rxBatch, now int64, watch bool) {
 	kept := rb.acks[:0]
 	due := int64(0)
@@ -87,8 +89,11 @@ func (d *Device) holdAcks(rb *rxBatch, now int64, watch bool) {
 		}
 	}
 	rb.acks = kept
+	if !watch {
+		due = 0
+	}
 	d.turn.ackDue.Store(due)
-	if due != 0 && watch {
+	if due != 0 {
 		d.scheduleTurn(due)
 	}
 }
