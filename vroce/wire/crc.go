@@ -42,19 +42,6 @@ func updateFold256(crc uint32, p []byte) uint32 {
 	return finishFold(&v, p[n:])
 }
 
-// updateFold128 is updateFold256 by the 128-bit fold, for p of at least
-// fold128Block bytes on a CPU that has it. updateIEEE does not
-// use it: without a copy to share its loads with it ran no faster than
-// the standard library's own 128-bit fold (first-generation AMD Zen,
-// 2026-12-05: 236-265 against 215-344 ns for 1,344 bytes), and it is
-// kept to test fold128's loop without fold128Copy's stores.
-func updateFold128(crc uint32, p []byte) uint32 {
-	n := len(p) &^ (fold128Block - 1)
-	var v [16]byte
-	fold128(^crc, p[:n], &foldKeys128, &v)
-	return finishFold(&v, p[n:])
-}
-
 // finishFold is the CRC, from a zero register, of the 16 bytes a fold
 // left (v, kept on the caller's stack) followed by the input's rest
 // after the folded blocks. Where the CPU has the short path it reduces
@@ -79,9 +66,10 @@ func finishFold(v *[16]byte, rest []byte) uint32 {
 // stores each block as it folds it: a payload copied into a packet is
 // read once for the copy and the ICRC, not twice (with the 256-bit fold
 // a bulk sender's copy and CRC fell from 16% of its CPU to 11%). With
-// 128-bit multiplies only (first-generation AMD Zen), the standard
-// library's fold is as fast as fold128 on its own, but copying as
-// fold128 reads saves most of the copy: 1,344-byte packets cut from a
+// 128-bit multiplies only (first-generation AMD Zen), a fold alone is
+// no faster than the standard library's (236-265 against 215-344 ns for
+// 1,344 bytes), which updateIEEE keeps, but copying as fold128Copy reads
+// saves most of the copy: 1,344-byte packets cut from a
 // 64 KiB buffer took 304-347 ns against 371-442 copied then summed
 // (BenchmarkCopyAndCRC, 2026-12-05, with eight lanes; four were a tenth
 // faster again).
@@ -131,7 +119,7 @@ const (
 	shortMin     = 17  // shortCRC's least: it reads its second lane from p
 	slicingMax   = 96  // below this slicing-by-8 beats hash/crc32's call
 	foldBlock    = 128 // bytes folded per step: four 256-bit accumulators
-	fold128Block = 64  // fold128's: four 128-bit accumulators
+	fold128Block = 64  // fold128Copy's: four 128-bit accumulators
 	foldMin      = 512 // below this the standard library (or shortCRC) is as fast
 )
 
@@ -144,7 +132,7 @@ var foldKeys = [4]uint64{
 	foldKey(128 + 32), foldKey(128 - 32),
 }
 
-// foldKeys128 are foldKeys for fold128, whose main loop moves a lane
+// foldKeys128 are foldKeys for fold128Copy, whose main loop moves a lane
 // 512 bits.
 var foldKeys128 = [4]uint64{
 	foldKey(512 + 32), foldKey(512 - 32),

@@ -10,7 +10,7 @@ import "golang.org/x/sys/cpu"
 var haveFold256 = cpu.X86.HasAVX2 && cpu.X86.HasPCLMULQDQ && cpuidECX7()&(1<<10) != 0
 
 // haveFold128: AVX (which also says the OS saves the vector registers)
-// and PCLMULQDQ, whose VEX encoding fold128 uses.
+// and PCLMULQDQ, whose VEX encoding fold128Copy uses.
 var haveFold128 = cpu.X86.HasAVX && cpu.X86.HasPCLMULQDQ
 
 // haveStdlib512: hash/crc32 folds 512 bits at a time from stdlib512Min
@@ -38,14 +38,8 @@ func fold256(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)
 //go:noescape
 func fold256Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)
 
-// fold128 is fold256 on 128-bit registers, four lanes and 64 bytes a
-// step, with foldKeys128.
-//
-//go:noescape
-func fold128(crc uint32, p []byte, keys *[4]uint64, v *[16]byte)
-
-// fold128Copy is fold128 that also copies p into dst on the way, as
-// fold256Copy does.
+// fold128Copy is fold256Copy on 128-bit registers: four lanes and 64
+// bytes a step, with foldKeys128.
 //
 //go:noescape
 func fold128Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)

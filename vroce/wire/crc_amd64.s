@@ -222,45 +222,12 @@ mergecopy:
 	VMOVDQU X1, (DI) \
 	RET
 
-// func fold128(crc uint32, p []byte, keys *[4]uint64, v *[16]byte) is
-// fold256 with 128-bit carry-less multiplies (AVX's VEX encoding of
-// PCLMULQDQ): four 16-byte lanes, 64 bytes a step (fold128Block), with
-// keys for that distance (foldKeys128). The multiplies' throughput
-// bounds it, not their latency, so more lanes would not be faster, and
-// a 1,344- or 1,024-byte payload folds whole.
-TEXT ·fold128(SB), NOSPLIT, $0-48
-	MOVL crc+0(FP), AX
-	MOVQ p_base+8(FP), SI
-	MOVQ p_len+16(FP), CX
-	MOVQ keys+32(FP), DX
-	MOVQ v+40(FP), DI
-
-	VMOVDQU (DX), X0
-	VMOVD   AX, X9
-	VMOVDQU (SI), X1
-	VPXOR   X9, X1, X1
-	VMOVDQU 16(SI), X2
-	VMOVDQU 32(SI), X3
-	VMOVDQU 48(SI), X4
-	ADDQ    $64, SI
-	SUBQ    $64, CX
-	JZ      merge128
-
-loop128:
-	FOLD(X0, X1, X9, (SI))
-	FOLD(X0, X2, X10, 16(SI))
-	FOLD(X0, X3, X11, 32(SI))
-	FOLD(X0, X4, X12, 48(SI))
-	ADDQ $64, SI
-	SUBQ $64, CX
-	JNZ  loop128
-
-merge128:
-	MERGE4_AND_STORE
-
 // func fold128Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte)
-// is fold128 that also stores p into dst, each 64 bytes as they are
-// folded.
+// is fold256Copy with 128-bit carry-less multiplies (AVX's VEX encoding
+// of PCLMULQDQ): four 16-byte lanes, 64 bytes a step (fold128Block), with
+// keys for that distance (foldKeys128). The multiplies' throughput bounds
+// it, not their latency, so more lanes would not be faster, and a 1,344-
+// or 1,024-byte payload folds whole.
 TEXT ·fold128Copy(SB), NOSPLIT, $0-72
 	MOVL crc+0(FP), AX
 	MOVQ dst_base+8(FP), BX

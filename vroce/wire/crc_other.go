@@ -10,8 +10,6 @@ func fold256Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte) { pani
 
 const haveFold128 = false
 
-func fold128(crc uint32, p []byte, keys *[4]uint64, v *[16]byte) { panic("unreachable") }
-
 func fold128Copy(crc uint32, dst, p []byte, keys *[4]uint64, v *[16]byte) { panic("unreachable") }
 
 const haveShortCRC = false

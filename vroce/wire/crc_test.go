@@ -115,9 +115,6 @@ func folds(n int) map[string]func(uint32, []byte) uint32 {
 	if haveFold256 && n >= foldBlock {
 		f["fold256"] = updateFold256
 	}
-	if haveFold128 && n >= fold128Block {
-		f["fold128"] = updateFold128
-	}
 	return f
 }
 
@@ -230,14 +227,6 @@ func BenchmarkUpdateIEEE4K(b *testing.B) {
 			updateIEEE(0, p)
 		}
 	})
-	if haveFold128 {
-		b.Run("fold128", func(b *testing.B) {
-			b.SetBytes(int64(len(p)))
-			for b.Loop() {
-				updateFold128(0, p)
-			}
-		})
-	}
 	b.Run("stdlib", func(b *testing.B) {
 		b.SetBytes(int64(len(p)))
 		for b.Loop() {
