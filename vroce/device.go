@@ -264,10 +264,8 @@ func (d *Device) rxLoop() {
 				if !d.awaitTurn(rb) {
 					return
 				}
-				d.sendLeftOwed(rb)
-			} else {
-				d.flushHeld(rb)
 			}
+			d.sendDueAcks(rb)
 			continue
 		}
 		if d.isClosed() || errors.Is(err, net.ErrClosed) {

@@ -98,16 +98,6 @@ func (d *Device) holdAcks(rb *rxBatch, now int64, watch bool) {
 	}
 }
 
-// flushHeld, after a receive that returned no batch (interrupted by the
-// timer goroutine for a held ACK come due, or by anything else), sends
-// the held ACKs that are due.
-func (d *Device) flushHeld(rb *rxBatch) {
-	if len(rb.acks) > 0 {
-		d.holdAcks(rb, d.now(), true)
-		d.transmit(rb.out)
-	}
-}
-
 // releaseHeld lets the QPs whose packets rb.out held, now sent, pump
 // again from any goroutine.
 func (d *Device) releaseHeld(rb *rxBatch) {
@@ -118,9 +108,12 @@ func (d *Device) releaseHeld(rb *rxBatch) {
 	rb.pumped = rb.pumped[:0]
 }
 
-// sendLeftOwed sends the ACKs a holder of the turn left owed (taken into
-// rb.acks with the turn) that may wait no longer, and keeps the rest.
-func (d *Device) sendLeftOwed(rb *rxBatch) {
+// sendDueAcks sends the ACKs in rb.acks that may wait no longer and
+// keeps the rest, watched: those the last holder of the turn left owed,
+// taken with the turn, and those a holder keeps after a receive that
+// returned no batch (interrupted by the timer goroutine for a held ACK
+// come due, or by anything else).
+func (d *Device) sendDueAcks(rb *rxBatch) {
 	d.holdAcks(rb, d.now(), true)
 	d.transmit(rb.out)
 }

@@ -177,8 +177,8 @@ func (t *receiveTurn) giveBack() {
 // it finds in use.
 //
 // It also sees that held ACKs leave once due: a holder is interrupted to
-// send them (flushHeld), and a free turn goes back to the receive
-// goroutine at once, which sends them as it takes it (sendLeftOwed).
+// send them, and a free turn goes back to the receive goroutine at once,
+// which sends them as it takes it (sendDueAcks).
 func (d *Device) checkTurnLease(now int64) {
 	t := &d.turn
 	due := t.ackDue.Load()
@@ -305,7 +305,7 @@ func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool)
 	t.mu.Lock()
 	t.takeOwedLocked(rb)
 	t.mu.Unlock()
-	d.sendLeftOwed(rb)
+	d.sendDueAcks(rb)
 	w.done, w.keep = done, false
 	var err error
 	for ctx.Err() == nil && !d.isClosed() && !done() {
@@ -321,7 +321,7 @@ func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool)
 		if err != nil || w.keep {
 			break
 		}
-		d.flushHeld(rb)
+		d.sendDueAcks(rb)
 	}
 	clear(rb.due)
 	w.done, rb.out = nil, nil
