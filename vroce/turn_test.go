@@ -254,33 +254,11 @@ func TestTurnLease(t *testing.T) {
 	a, _ := turnQPs(t)
 	d := a.dev
 	tr := &d.turn
-	// The receive goroutine holds the turn and goes on receiving: only
-	// the record is changed here, and put back at the end. The times lie
-	// an hour ahead, so that the timer goroutine's own checks find
-	// nothing due.
-	tr.mu.Lock()
-	holder := tr.holder
-	base := d.now() + int64(time.Hour)
-	tr.holder, tr.freeSince = turnFree, base
-	tr.mu.Unlock()
-	require.Equal(t, turnLoop, holder)
-	defer func() {
-		tr.mu.Lock()
-		tr.holder, tr.lease = holder, int64(turnLease)
-		tr.mu.Unlock()
-	}()
+	base, gaveBack := freeTurnAnHourAhead(t, d)
 	lease := func() time.Duration {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		return time.Duration(tr.lease)
-	}
-	gaveBack := func() bool {
-		select {
-		case <-tr.back:
-			return true
-		default:
-			return false
-		}
 	}
 
 	d.checkTurnLease(base + int64(turnLease) - 1)
@@ -316,27 +294,7 @@ func TestTurnLeaseSeesHeldACKsLeave(t *testing.T) {
 	a, _ := pipeQPsWith(t, func(p *pipeProvider) Provider { return countedTurnPipe{turnPipe{p}, &interrupts} })
 	d := a.dev
 	tr := &d.turn
-	// As in TestTurnLease: only the record changes, an hour ahead.
-	tr.mu.Lock()
-	holder := tr.holder
-	base := d.now() + int64(time.Hour)
-	tr.holder, tr.freeSince = turnFree, base
-	tr.mu.Unlock()
-	require.Equal(t, turnLoop, holder)
-	defer func() {
-		tr.ackDue.Store(0)
-		tr.mu.Lock()
-		tr.holder, tr.lease = holder, int64(turnLease)
-		tr.mu.Unlock()
-	}()
-	gaveBack := func() bool {
-		select {
-		case <-tr.back:
-			return true
-		default:
-			return false
-		}
-	}
+	base, gaveBack := freeTurnAnHourAhead(t, d)
 	due := base + int64(ackHold)/2 // before the lease runs out
 
 	tr.ackDue.Store(due)
@@ -359,6 +317,37 @@ func TestTurnLeaseSeesHeldACKsLeave(t *testing.T) {
 	tr.ackDue.Store(0)
 	d.checkTurnLease(due)
 	assert.Equal(t, before+1, interrupts.Load(), "interrupted with no ACK held")
+}
+
+// freeTurnAnHourAhead records d's receive turn as free since an hour
+// from now, and returns that time and a probe of whether the lease check
+// gave the turn back. The receive goroutine holds the turn and goes on
+// receiving: only the record changes, and it is put back (the lease and
+// any held ACK's due reset) when the test ends. An hour ahead, the timer
+// goroutine's own checks find nothing due.
+func freeTurnAnHourAhead(t *testing.T, d *Device) (base int64, gaveBack func() bool) {
+	t.Helper()
+	tr := &d.turn
+	tr.mu.Lock()
+	holder := tr.holder
+	base = d.now() + int64(time.Hour)
+	tr.holder, tr.freeSince = turnFree, base
+	tr.mu.Unlock()
+	require.Equal(t, turnLoop, holder)
+	t.Cleanup(func() {
+		tr.ackDue.Store(0)
+		tr.mu.Lock()
+		tr.holder, tr.lease = holder, int64(turnLease)
+		tr.mu.Unlock()
+	})
+	return base, func() bool {
+		select {
+		case <-tr.back:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // countedTurnPipe counts the interrupts of a turnPipe.
