@@ -56,8 +56,12 @@ func ProbeGSI(ctx context.Context, to netip.AddrPort, mad []byte, accept func(ma
 		if _, err := c.Write(out); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("vroce: GSI probe %v: %w", to, err)
 		}
+		// next is called for every ask, whether or not ctx has ended
+		// meanwhile: a caller may count on it (and a test does). A
+		// deadline set after ctx ended would undo AfterFunc's.
+		wait := next()
 		if ctx.Err() == nil {
-			c.SetReadDeadline(time.Now().Add(next()))
+			c.SetReadDeadline(time.Now().Add(wait))
 		}
 		for {
 			n, err := c.Read(in)
