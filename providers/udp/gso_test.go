@@ -229,3 +229,51 @@ func TestRefusedSegmentationFallsBackToSingleDatagrams(t *testing.T) {
 		}
 	})
 }
+
+// TestPacketsLaidEndToEndArriveWhole: packets laid end to end in one
+// piece of memory, as the engine lays a run it may coalesce (copied
+// payloads one after another; lent payloads with each packet's tail just
+// before the next one's headers), arrive as the packets they were, a run
+// and a packet alone alike.
+func TestPacketsLaidEndToEndArriveWhole(t *testing.T) {
+	forEachWriter(t, testPacketsLaidEndToEnd)
+}
+
+func testPacketsLaidEndToEnd(t *testing.T, portable bool) {
+	tx, rx := providerPair(t)
+	if portable {
+		tx.bw = newXnetWriter(tx.bc, batchSize, tx.v6)
+	}
+	mem := make([]byte, 64<<10)
+	for i := range mem {
+		mem[i] = byte(i * 13)
+	}
+	var sent []vroce.Packet
+	at := 0
+	for i := range 8 { // copied payloads, one after another
+		n := 1200
+		if i == 7 {
+			n = 300 // the run's short last segment
+		}
+		sent = append(sent, vroce.Packet{Data: mem[at : at+n], Addr: rx.LocalAddr(), Coalesce: true})
+		at += n
+	}
+	body := bytes.Repeat([]byte{0xbd}, 2000)
+	for range 6 { // lent payloads: headers, then the tail, in the batch's memory
+		sent = append(sent, vroce.Packet{Data: mem[at : at+16], Body: body, Tail: mem[at+16 : at+24], Addr: rx.LocalAddr(), Coalesce: true})
+		at += 24
+	}
+	sent = append(sent, vroce.Packet{Data: mem[at : at+100], Addr: rx.LocalAddr()})
+	var whole [][]byte
+	for _, pk := range sent {
+		whole = append(whole, pk.AppendTo(nil))
+	}
+	if err := tx.Send(sent); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range providertest.Receive(t, rx, len(sent), 4) {
+		if !bytes.Equal(p.Data, whole[i]) {
+			t.Fatalf("packet %d: %d bytes, want %d", i, len(p.Data), len(whole[i]))
+		}
+	}
+}
