@@ -21,8 +21,10 @@ type txBatch struct {
 	pkts   []Packet
 	flows  []wire.Flow
 	chunks [][]byte // allocated as packets need them, kept across resets
+	chunk  int      // the size of each
 	end    bufAt    // where the last packet's bytes end
 	next   bufAt    // where buf() put the next packet's buffer
+	cur    []byte   // that buffer, which the next add fills
 	size   int      // of each buffer: the device's largest packet
 }
 
@@ -31,12 +33,11 @@ type bufAt struct{ chunk, off int }
 
 func newTxBatch(n, size int) *txBatch {
 	n = max(n, 1)
-	return &txBatch{pkts: make([]Packet, 0, n), flows: make([]wire.Flow, 0, n), size: size}
+	// A whole segmented datagram (at most 64 KiB) fits in a chunk, and
+	// at least two packets of any size.
+	chunk := max(64<<10, 2*(size+63))
+	return &txBatch{pkts: make([]Packet, 0, n), flows: make([]wire.Flow, 0, n), chunk: chunk, size: size}
 }
-
-// chunkBytes is the size of a buffer chunk: a whole segmented datagram
-// (at most 64 KiB) fits in one, and at least two packets of any size.
-func (b *txBatch) chunkBytes() int { return max(64<<10, 2*(b.size+63)) }
 
 func (b *txBatch) full() bool { return len(b.pkts) == cap(b.pkts) }
 
@@ -56,14 +57,15 @@ func (b *txBatch) buf() []byte {
 	if n := len(b.pkts); n == 0 || !b.pkts[n-1].Coalesce {
 		at.off = (at.off + 63) &^ 63
 	}
-	if at.off+b.size > b.chunkBytes() {
+	if at.off+b.size > b.chunk {
 		at = bufAt{chunk: at.chunk + 1}
 	}
-	for len(b.chunks) <= at.chunk {
-		b.chunks = append(b.chunks, make([]byte, b.chunkBytes()))
+	if at.chunk == len(b.chunks) {
+		b.chunks = append(b.chunks, make([]byte, b.chunk))
 	}
 	b.next = at
-	return b.chunks[at.chunk][at.off : at.off+b.size : at.off+b.size]
+	b.cur = b.chunks[at.chunk][at.off : at.off+b.size : at.off+b.size]
+	return b.cur
 }
 
 // used records that the packet being added took the first n bytes of
@@ -72,7 +74,7 @@ func (b *txBatch) used(n int) { b.end = bufAt{b.next.chunk, b.next.off + n} }
 
 // add seals the packet of length n built in buf() and queues it on flow.
 func (b *txBatch) add(flow wire.Flow, n int) {
-	data := b.buf()[:n]
+	data := b.cur[:n]
 	flow.Seal(data)
 	b.used(n)
 	b.pkts = append(b.pkts, Packet{Data: data, Addr: flow.Dst})
@@ -97,7 +99,7 @@ func (b *txBatch) push(qp *QP, p Packet) {
 // it from there, then the rest of the buffer: trailer bytes already
 // written after the headers, the pad and the ICRC.
 func (b *txBatch) addLent(qp *QP, hl int, body []byte, trailer int) {
-	buf := b.buf()
+	buf := b.cur
 	tail := buf[hl : hl+trailer+wire.PadCount(len(body))+wire.ICRCLen]
 	clear(tail[trailer:])
 	head := buf[:hl:hl]
@@ -111,7 +113,7 @@ func (b *txBatch) addLent(qp *QP, hl int, body []byte, trailer int) {
 // body is copied in behind the headers as the ICRC reads it, one pass
 // over the payload for both (wire.Sealer.SealCopy).
 func (b *txBatch) addCopied(qp *QP, hl int, body []byte, trailer int) {
-	buf := b.buf()
+	buf := b.cur
 	n := len(body)
 	tail := buf[hl+n : hl+n+trailer+wire.PadCount(n)+wire.ICRCLen]
 	clear(tail[trailer:])
@@ -164,7 +166,7 @@ func (b *txBatch) addFor(qp *QP, n int) { b.addSealed(qp, n, qp.attr.SelectiveRe
 
 // addSealed is add for a packet of qp's, sealed by the QP's Sealer.
 func (b *txBatch) addSealed(qp *QP, n int, coalesce bool) {
-	data := b.buf()[:n]
+	data := b.cur[:n]
 	qp.txSeal.Seal(data)
 	b.used(n)
 	b.push(qp, Packet{Data: data, Coalesce: coalesce})
