@@ -1,6 +1,8 @@
 package wire_test
 
 import (
+	"bytes"
+	"net/netip"
 	"reflect"
 	"testing"
 
@@ -64,5 +66,44 @@ func FuzzICRC(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, ip, udp, pkt []byte) {
 		_ = wire.CheckICRC(ip, udp, pkt)
+	})
+}
+
+// FuzzCheckCopy: checking a packet while copying its payload out agrees
+// with Check and CheckUnknownID, and copies exactly the payload, for any
+// bytes sealed or not, any payload offset and length.
+func FuzzCheckCopy(f *testing.F) {
+	addRxeSeeds(f, 8)
+	f.Fuzz(func(t *testing.T, pkt []byte) {
+		flow := wire.Flow{Src: netip.MustParseAddrPort("10.0.0.1:55410"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")}
+		if len(pkt) < 3 {
+			return
+		}
+		at, n, seal := int(pkt[0]), int(pkt[1])*int(pkt[2]), pkt[0]&1 == 0
+		pkt = pkt[3:]
+		if seal {
+			flow.Seal(pkt)
+		}
+		for _, unknownID := range []bool{false, true} {
+			s, ref := wire.Sealer{Flow: flow}, wire.Sealer{Flow: flow}
+			dst := make([]byte, n)
+			got := s.CheckCopy(pkt, at, dst, unknownID)
+			if at < wire.BTHLen || at+n > len(pkt)-wire.ICRCLen {
+				if got || !bytes.Equal(dst, make([]byte, n)) {
+					t.Fatalf("payload of %d at %d in %d bytes: %v, or copied", n, at, len(pkt), got)
+				}
+				continue
+			}
+			want := ref.Check(pkt)
+			if unknownID {
+				_, want = ref.CheckUnknownID(pkt)
+			}
+			if got != want {
+				t.Fatalf("payload of %d at %d in %d bytes (unknown ID %v): %v, Check %v", n, at, len(pkt), unknownID, got, want)
+			}
+			if !bytes.Equal(dst, pkt[at:at+n]) {
+				t.Fatalf("payload of %d at %d: not copied", n, at)
+			}
+		}
 	})
 }

@@ -291,6 +291,31 @@ func (s *Sealer) Check(pkt []byte) bool {
 	return ok && binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]) == icrcFrom(crc, pkt[:len(pkt)-ICRCLen], nil, nil)
 }
 
+// CheckCopy is Check, or with unknownID CheckUnknownID, for a packet
+// whose payload, the len(dst) bytes at pkt[at:], is copied into dst as
+// the ICRC reads it: one pass over the payload for both, where checking
+// and then copying took two. dst is written whatever the verdict; a
+// caller that places payloads this way must be able to ignore what a
+// packet that fails put there. It is false, and dst untouched, when the
+// payload does not lie between the headers and the ICRC.
+func (s *Sealer) CheckCopy(pkt []byte, at int, dst []byte, unknownID bool) bool {
+	if at < BTHLen || at+len(dst) > len(pkt)-ICRCLen {
+		return false
+	}
+	crc, ok := s.headers(len(pkt))
+	if !ok {
+		return false
+	}
+	crc = icrcFrom(crc, pkt[:at], nil, nil)
+	crc = copyUpdateIEEE(crc, dst, pkt[at:at+len(dst)])
+	want := updateIEEE(crc, pkt[at+len(dst):len(pkt)-ICRCLen])
+	if unknownID {
+		_, ok = s.matchUnknownID(pkt, want)
+		return ok
+	}
+	return binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]) == want
+}
+
 // Check reports whether pkt's ICRC is right for f.
 func (f Flow) Check(pkt []byte) bool {
 	s := Sealer{Flow: f}

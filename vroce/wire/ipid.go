@@ -140,7 +140,12 @@ func (s *Sealer) CheckUnknownID(pkt []byte) (uint16, bool) {
 	if !ok {
 		return 0, false
 	}
-	want := icrcFrom(crc, pkt[:len(pkt)-ICRCLen], nil, nil)
+	return s.matchUnknownID(pkt, icrcFrom(crc, pkt[:len(pkt)-ICRCLen], nil, nil))
+}
+
+// matchUnknownID is CheckUnknownID's verdict on pkt, whose ICRC with an
+// IPv4 ID of 0 is want; s.headers has just been asked for len(pkt).
+func (s *Sealer) matchUnknownID(pkt []byte, want uint32) (uint16, bool) {
 	got := binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:])
 	if got == want || !s.Flow.Dst.Addr().Unmap().Is4() {
 		return 0, got == want

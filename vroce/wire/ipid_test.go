@@ -116,3 +116,37 @@ func BenchmarkCheckUnknownID(b *testing.B) {
 		}
 	}
 }
+
+// TestCheckCopyIsCheckWithTheCopy: checking a packet while copying its
+// payload out gives Check's verdict (CheckUnknownID's, asked) and the
+// payload's bytes, at every size a fold takes or leaves, whatever the
+// sender's ID; a bit flipped in the headers, the payload or the ICRC
+// fails it, copied or not.
+func TestCheckCopyIsCheckWithTheCopy(t *testing.T) {
+	at := RCSendOnly.HeaderLen()
+	for _, n := range []int{0, 4, 13, 16, 60, 64, 100, 1023, 1344, 4096} { // 13 and 1023: a pad
+		for _, id := range []uint16{0, 0x15ec} {
+			pkt := sealWithID(t, idFlow, n, id)
+			for _, unknownID := range []bool{false, true} {
+				s := Sealer{Flow: idFlow}
+				dst := make([]byte, n)
+				want := id == 0 || unknownID
+				assert.Equal(t, want, s.CheckCopy(pkt, at, dst, unknownID), "payload %d, ID %#x, unknown ID %v", n, id, unknownID)
+				assert.Equal(t, pkt[at:at+n], dst, "payload %d: the copy", n)
+				for _, flip := range []int{1, at + n/2, len(pkt) - 1} { // a header, the payload (the ICRC when none), the ICRC
+					b := append([]byte(nil), pkt...)
+					b[flip] ^= 0x20
+					assert.False(t, s.CheckCopy(b, at, dst, unknownID), "payload %d, ID %#x: byte %d flipped", n, id, flip)
+				}
+			}
+		}
+	}
+	// The payload must lie between the headers and the ICRC.
+	pkt := sealWithID(t, idFlow, 64, 0)
+	s := Sealer{Flow: idFlow}
+	for _, c := range []struct{ at, n int }{{BTHLen - 1, 4}, {at, 65}, {len(pkt), 0}} {
+		dst := make([]byte, c.n)
+		assert.False(t, s.CheckCopy(pkt, c.at, dst, false), "payload of %d at %d", c.n, c.at)
+		assert.Equal(t, make([]byte, c.n), dst, "nothing copied")
+	}
+}
