@@ -385,7 +385,8 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, rb *rxBatc
 		qp.dev.stats.rxMalformed.Add(1)
 		return
 	}
-	if !qp.checkICRC(raw) {
+	placed, ok := qp.checkICRC(p, raw)
+	if !ok {
 		qp.dev.stats.rxBadICRC.Add(1)
 		return
 	}
@@ -402,7 +403,7 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, rb *rxBatc
 		qp.onPiggyACK(p)
 	}
 	sent := qp.stats.TxPackets
-	qp.resp.onRequest(qp, p, raw, rb)
+	qp.resp.onRequest(qp, p, raw, rb, placed)
 	qp.holdUntilSent(rb, sent) // a READ's first answers, say: the pacer's rest must not pass them
 }
 
@@ -423,13 +424,20 @@ func (qp *QP) fromPeer(src netip.AddrPort) bool {
 }
 
 // checkICRC checks an RC packet's ICRC: in full from a vRoCE peer,
-// solving for the IPv4 ID from any other (see StrictSourcePort).
-func (qp *QP) checkICRC(raw []byte) bool {
-	if qp.attr.StrictSourcePort {
-		return qp.rxSeal.Check(raw)
+// solving for the IPv4 ID from any other (see StrictSourcePort). The
+// payload of the SEND packet the responder waits for next goes into its
+// receive buffer as the ICRC reads it (placed; responder.placeAhead).
+func (qp *QP) checkICRC(p *wire.Packet, raw []byte) (placed, ok bool) {
+	unknownID := !qp.attr.StrictSourcePort
+	if dst, ahead := qp.resp.placeAhead(qp, p); ahead {
+		ok = qp.rxSeal.CheckCopy(raw, p.BTH.Opcode.HeaderLen(), dst, unknownID)
+		return ok, ok
 	}
-	_, ok := qp.rxSeal.CheckUnknownID(raw)
-	return ok
+	if unknownID {
+		_, ok = qp.rxSeal.CheckUnknownID(raw)
+		return false, ok
+	}
+	return false, qp.rxSeal.Check(raw)
 }
 
 // onPiggyACK hands the completer the ACK that rode on a request.

@@ -95,7 +95,7 @@ func (r *responder) release(qp *QP) {
 	}
 }
 
-func (r *responder) onRequest(qp *QP, p *wire.Packet, raw []byte, rb *rxBatch) {
+func (r *responder) onRequest(qp *QP, p *wire.Packet, raw []byte, rb *rxBatch, placed bool) {
 	d := psnDiff(p.BTH.PSN, r.ePSN)
 	if p.BTH.Opcode != wire.RCReadRequest || d > 0 {
 		// Whatever this answers goes after the READ answers in waiting.
@@ -119,7 +119,7 @@ func (r *responder) onRequest(qp *QP, p *wire.Packet, raw []byte, rb *rxBatch) {
 		r.onDuplicate(qp, p, rb)
 	default:
 		r.nakSent = false
-		r.execute(qp, p, rb)
+		r.execute(qp, p, rb, placed)
 		if r.heldN > 0 {
 			// A gap filled: the requester must hear it at once, whatever
 			// the packets asked.
@@ -188,7 +188,7 @@ func (r *responder) drain(qp *QP, rb *rxBatch) {
 		var p wire.Packet
 		before := r.ePSN
 		if wire.Parse(&p, *buf) == nil {
-			r.execute(qp, &p, rb)
+			r.execute(qp, &p, rb, false)
 		}
 		r.heldBytes -= cap(*buf) // executed: the packet is done with
 		qp.dev.held.give(buf)
@@ -243,7 +243,7 @@ func (r *responder) sack(s *wire.SACK) {
 	}
 }
 
-func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch) {
+func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch, placed bool) {
 	f := p.BTH.Opcode.Flags()
 	first, last := f&wire.IsFirst != 0, f&wire.IsLast != 0
 	// Opcode sequence: a message's packets come FIRST, MIDDLE..., LAST.
@@ -281,7 +281,9 @@ func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch) {
 			r.abort(qp, p, rb, wire.NAKInvalidRequest, WCLocLenErr)
 			return
 		}
-		scatter(r.recv.first, r.recv.more, p.Payload, r.recvOff)
+		if !placed {
+			scatter(r.recv.first, r.recv.more, p.Payload, r.recvOff)
+		}
 		r.recvOff += len(p.Payload)
 		if last {
 			r.inSend = false
@@ -353,6 +355,28 @@ func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch) {
 	if p.BTH.AckReq {
 		r.ackRequested(qp, rb)
 	}
+}
+
+// placeAhead returns where the payload of p goes when p is the packet
+// the responder waits for next and the middle or last of the SEND it is
+// receiving, within one span of the receive buffer, so that the ICRC
+// check can copy it there (checkICRC): execute then places it where it
+// found it placed, by the same tests, in the same order. The rest (a
+// message's first packet, which takes a receive WQE, WRITEs, whose first
+// packet names the memory, anything out of order) is checked first and
+// copied after. A packet that fails the check leaves its bytes in a
+// receive buffer no completion has handed back, at the very place its
+// resend will write, and nothing else changes.
+func (r *responder) placeAhead(qp *QP, p *wire.Packet) ([]byte, bool) {
+	f := p.BTH.Opcode.Flags()
+	n := len(p.Payload)
+	switch {
+	case f&wire.IsSend == 0 || f&wire.IsFirst != 0 || !r.inSend || r.inWrite || p.BTH.PSN != r.ePSN:
+		return nil, false
+	case n == 0 || n > qp.mtu || f&wire.IsLast == 0 && n != qp.mtu || r.recvOff+n > r.recv.total:
+		return nil, false
+	}
+	return within(r.recv.first, r.recv.more, r.recvOff, n)
 }
 
 func (r *responder) readSpan(qp *QP, p *wire.Packet) (span, bool) {

@@ -44,6 +44,26 @@ func scatterOne(s span, src []byte, off int) ([]byte, int) {
 	return src[n:], 0
 }
 
+// within returns the n bytes off bytes into a scatter list (first, then
+// more) when one span holds them all.
+func within(first span, more []span, off, n int) ([]byte, bool) {
+	if first.mr == nil {
+		return nil, false
+	}
+	s, next := first, more
+	for off >= s.n {
+		if len(next) == 0 {
+			return nil, false
+		}
+		off -= s.n
+		s, next = next[0], next[1:]
+	}
+	if off+n > s.n {
+		return nil, false
+	}
+	return s.bytes()[off : off+n], true
+}
+
 // gather copies from a gather list (first, then more), starting off bytes
 // in, into dst.
 func gather(first span, more []span, dst []byte, off int) {

@@ -299,6 +299,49 @@ func transfer(t *testing.T, a, b *node, size, msg int) {
 	}
 }
 
+// sendTransfer sends msgs SENDs of size bytes, several packets each, to
+// receives of size bytes, and checks that each lands whole, in order, in
+// its own receive. Every third receive has two SGEs apart, the first a
+// byte short of the end of the message's second 1 KiB packet, which so
+// straddles them.
+func sendTransfer(t *testing.T, a, b *node, msgs, size int) {
+	t.Helper()
+	const cut = 2047
+	for i := range a.Buf[:msgs*size] {
+		a.Buf[i] = byte(i*7 + i/size)
+	}
+	clear(b.Buf[:2*msgs*size])
+	verbstest.Sync(a)
+	verbstest.Sync(b)
+	for i := range msgs {
+		sgl := []vroce.SGE{b.MR.SGE(i*size, size)}
+		if i%3 == 1 { // the rest in the second half of the buffer, then copied back
+			sgl = []vroce.SGE{b.MR.SGE(i*size, cut), b.MR.SGE((msgs+i)*size, size-cut)}
+		}
+		if err := b.QP.PostRecv(vroce.RecvWR{ID: uint64(i), SGL: sgl}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range msgs {
+		if err := a.QP.PostSend(vroce.SendWR{ID: uint64(i), Opcode: vroce.WRSend, Flags: vroce.SendSignaled, SGL: []vroce.SGE{a.MR.SGE(i*size, size)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustSucceed(t, waitCompletions(t, a.CQ, msgs, 30*time.Second))
+	for i, wc := range waitCompletions(t, b.CQ, msgs, 30*time.Second) {
+		if wc.Status != vroce.WCSuccess || wc.ID != uint64(i) || wc.ByteLen != uint32(size) {
+			t.Fatalf("receive %d: %+v", i, wc)
+		}
+	}
+	verbstest.Sync(b)
+	for i := 1; i < msgs; i += 3 {
+		copy(b.Buf[i*size+cut:(i+1)*size], b.Buf[(msgs+i)*size:])
+	}
+	if i := firstDiff(a.Buf[:msgs*size], b.Buf[:msgs*size]); i >= 0 {
+		t.Fatalf("SEND: byte %d (message %d) differs", i, i/size)
+	}
+}
+
 func firstDiff(a, b []byte) int {
 	for i := range a {
 		if a[i] != b[i] {
@@ -334,6 +377,7 @@ func TestTransfersSurviveNetworkFaults(t *testing.T) {
 				o.BufSize = 2 << 20
 				a, b, network := simPair(t, o)
 				transfer(t, a, b, 512<<10, 16<<10)
+				sendTransfer(t, a, b, 48, 5000)
 				verbstest.PingPong(t, a, b, 200, 100)
 				s := network.Stats()
 				if c.cfg.Corrupt > 0 && s.Corrupted == 0 || c.cfg.Loss > 0 && s.Lost == 0 || c.cfg.Duplicate > 0 && s.Duplicated == 0 {
