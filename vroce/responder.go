@@ -322,7 +322,9 @@ func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch, placed bool) {
 			}
 			r.recv = w
 		}
-		copy(dst.bytes()[at:], p.Payload)
+		if !placed {
+			copy(dst.bytes()[at:], p.Payload)
+		}
 		r.write, r.writeGot, r.inWrite = dst, got, !last
 		if last {
 			r.msn++
@@ -358,25 +360,36 @@ func (r *responder) execute(qp *QP, p *wire.Packet, rb *rxBatch, placed bool) {
 }
 
 // placeAhead returns where the payload of p goes when p is the packet
-// the responder waits for next and the middle or last of the SEND it is
-// receiving, within one span of the receive buffer, so that the ICRC
-// check can copy it there (checkICRC): execute then places it where it
-// found it placed, by the same tests, in the same order. The rest (a
-// message's first packet, which takes a receive WQE, WRITEs, whose first
-// packet names the memory, anything out of order) is checked first and
-// copied after. A packet that fails the check leaves its bytes in a
-// receive buffer no completion has handed back, at the very place its
-// resend will write, and nothing else changes.
+// the responder waits for next and a middle or last packet of the SEND
+// or WRITE it is receiving (its payload within one span of a SEND's
+// receive buffer), so that the ICRC check can copy it there
+// (checkICRC): execute then finds it placed, by the same tests in the
+// same order. The rest (a message's first packet, which takes a receive
+// WQE or names the memory; a WRITE's last that takes a receive WQE,
+// which may be refused; anything out of order) is checked first and
+// copied after. A packet that fails the check leaves its bytes where the
+// message it claims to continue goes, at the very place its resend will
+// write: in a receive buffer no completion has handed back, or in memory
+// a WRITE under way has made undefined until it completes. Nothing else
+// changes.
 func (r *responder) placeAhead(qp *QP, p *wire.Packet) ([]byte, bool) {
 	f := p.BTH.Opcode.Flags()
 	n := len(p.Payload)
-	switch {
-	case f&wire.IsSend == 0 || f&wire.IsFirst != 0 || !r.inSend || r.inWrite || p.BTH.PSN != r.ePSN:
-		return nil, false
-	case n == 0 || n > qp.mtu || f&wire.IsLast == 0 && n != qp.mtu || r.recvOff+n > r.recv.total:
+	last := f&wire.IsLast != 0
+	if f&wire.IsFirst != 0 || p.BTH.PSN != r.ePSN || n == 0 || n > qp.mtu || !last && n != qp.mtu {
 		return nil, false
 	}
-	return within(r.recv.first, r.recv.more, r.recvOff, n)
+	switch {
+	case f&wire.IsSend != 0 && r.inSend && !r.inWrite && r.recvOff+n <= r.recv.total:
+		return within(r.recv.first, r.recv.more, r.recvOff, n)
+	case f&wire.IsWrite != 0 && f&wire.ConsumesRecv == 0 && r.inWrite && !r.inSend:
+		got := r.writeGot + n
+		if got > r.write.n || last && got != r.write.n {
+			return nil, false
+		}
+		return r.write.bytes()[r.writeGot:got], true
+	}
+	return nil, false
 }
 
 func (r *responder) readSpan(qp *QP, p *wire.Packet) (span, bool) {
