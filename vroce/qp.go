@@ -425,8 +425,8 @@ func (qp *QP) fromPeer(src netip.AddrPort) bool {
 
 // checkICRC checks an RC packet's ICRC: in full from a vRoCE peer,
 // solving for the IPv4 ID from any other (see StrictSourcePort). The
-// payload of the SEND packet the responder waits for next goes into its
-// receive buffer as the ICRC reads it (placed; responder.placeAhead).
+// payload of the SEND or WRITE packet the responder waits for next goes
+// into its place as the ICRC reads it (placed; responder.placeAhead).
 func (qp *QP) checkICRC(p *wire.Packet, raw []byte) (placed, ok bool) {
 	unknownID := !qp.attr.StrictSourcePort
 	if dst, ahead := qp.resp.placeAhead(qp, p); ahead {

@@ -13,10 +13,10 @@ import (
 // with its neighbours (Packet.Coalesce) is followed at once by the next
 // one's buffer, so that a run of them, sent as one segmented datagram,
 // is one piece of memory and the kernel copies it in one go. Copying
-// each of 45 segments from a piece of its own cost the kernel a third
-// more CPU a byte on 2026-12-05's first-generation Zen (each piece is a
-// call with its own SMAP toggles and return thunk). Any other packet's
-// buffer starts on 64 bytes (aliased4K says why).
+// each of 24-45 segments from a piece of its own cost the kernel a fifth
+// to a half more CPU a byte on 2026-12-05's first-generation Zen (each
+// piece is a call with its own SMAP toggles and return thunk). Any other
+// packet's buffer starts on 64 bytes (aliased4K says why).
 type txBatch struct {
 	pkts   []Packet
 	flows  []wire.Flow
