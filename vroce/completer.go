@@ -25,8 +25,9 @@ type ack struct {
 }
 
 // onResponse handles a response packet at now: an ACK or NAK, a READ
-// response or an atomic ACK.
-func (r *requester) onResponse(qp *QP, p *wire.Packet, now int64) {
+// response or an atomic ACK. A READ response's payload is in place
+// already when placed (placeAhead).
+func (r *requester) onResponse(qp *QP, p *wire.Packet, now int64, placed bool) {
 	psn := p.BTH.PSN
 	if p.BTH.Opcode == wire.RCAcknowledge {
 		r.onAck(qp, ack{psn: psn, aeth: p.AETH, sack: p.Payload}, now)
@@ -54,7 +55,7 @@ func (r *requester) onResponse(qp *QP, p *wire.Packet, now int64) {
 			r.sb.delivered(psn, now, r.rec.rtt.MinRTT)
 		}
 	} else {
-		r.onReadResponse(qp, p, now)
+		r.onReadResponse(qp, p, now, placed)
 	}
 	r.settle(qp, una, lost, now)
 }
@@ -227,7 +228,7 @@ func (r *requester) detectLosses(qp *QP, now int64) {
 	}
 }
 
-func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64) {
+func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64, placed bool) {
 	psn := p.BTH.PSN
 	if !r.sb.tracked(psn) {
 		return // a duplicate of a response already passed
@@ -245,12 +246,38 @@ func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64) {
 		r.failHead(qp, WCBadRespErr)
 		return
 	}
-	w.scatter(p.Payload, off)
+	if !placed {
+		w.scatter(p.Payload, off)
+	}
 	if st := r.sb.pkt(psn); !st.resent() {
 		r.rec.sample(now - st.sentAt)
 	}
 	r.sb.delivered(psn, now, r.rec.rtt.MinRTT)
 	r.detectLosses(qp, now)
+}
+
+// placeAhead returns where the payload of p goes when p is a READ
+// response the requester awaits, for a READ not yet complete, its payload
+// within one span of the READ's memory, so that the ICRC check can copy
+// it there (QP.checkICRC): onReadResponse then finds it placed, by the
+// same tests in the same order. A response that fails the check leaves
+// its bytes only where the READ's own response for that PSN will write,
+// in memory the READ leaves undefined until it completes.
+func (r *requester) placeAhead(qp *QP, p *wire.Packet) ([]byte, bool) {
+	psn, op := p.BTH.PSN, p.BTH.Opcode
+	if qp.state == QPSRTR || op == wire.RCAcknowledge || op == wire.RCAtomicAcknowledge || !r.sb.awaitsResponse(psn) || r.sb.pkt(psn).done {
+		return nil, false
+	}
+	w := qp.sq.find(psn)
+	if w == nil || w.op != WRRDMARead {
+		return nil, false
+	}
+	off := int(psnDiff(psn, w.psn)) * qp.mtu
+	n := len(p.Payload)
+	if n == 0 || n != min(qp.mtu, w.length-off) {
+		return nil, false
+	}
+	return within(w.first, w.more, off, n)
 }
 
 // advance moves sndUna over delivered PSNs and records the progress.

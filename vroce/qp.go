@@ -395,7 +395,7 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, rb *rxBatc
 	defer func() { qp.rx = nil }()
 	if p.BTH.Opcode.Flags()&wire.IsResponse != 0 {
 		if qp.state != QPSRTR {
-			qp.req.onResponse(qp, p, qp.dev.now())
+			qp.req.onResponse(qp, p, qp.dev.now(), placed)
 		}
 		return
 	}
@@ -425,11 +425,12 @@ func (qp *QP) fromPeer(src netip.AddrPort) bool {
 
 // checkICRC checks an RC packet's ICRC: in full from a vRoCE peer,
 // solving for the IPv4 ID from any other (see StrictSourcePort). The
-// payload of the SEND or WRITE packet the responder waits for next goes
-// into its place as the ICRC reads it (placed; responder.placeAhead).
+// payload of the SEND or WRITE packet the responder waits for next, or
+// of a READ response the requester awaits, goes into its place as the
+// ICRC reads it (placed; responder.placeAhead, requester.placeAhead).
 func (qp *QP) checkICRC(p *wire.Packet, raw []byte) (placed, ok bool) {
 	unknownID := !qp.attr.StrictSourcePort
-	if dst, ahead := qp.resp.placeAhead(qp, p); ahead {
+	if dst, ahead := qp.placeAhead(p); ahead {
 		ok = qp.rxSeal.CheckCopy(raw, p.BTH.Opcode.HeaderLen(), dst, unknownID)
 		return ok, ok
 	}
@@ -438,6 +439,16 @@ func (qp *QP) checkICRC(p *wire.Packet, raw []byte) (placed, ok bool) {
 		return false, ok
 	}
 	return false, qp.rxSeal.Check(raw)
+}
+
+// placeAhead is where p's payload goes, if the ICRC check may put it
+// there: a response's is the requester's to say, a request's the
+// responder's.
+func (qp *QP) placeAhead(p *wire.Packet) ([]byte, bool) {
+	if p.BTH.Opcode.Flags()&wire.IsResponse != 0 {
+		return qp.req.placeAhead(qp, p)
+	}
+	return qp.resp.placeAhead(qp, p)
 }
 
 // onPiggyACK hands the completer the ACK that rode on a request.
