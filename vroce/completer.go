@@ -230,19 +230,14 @@ func (r *requester) detectLosses(qp *QP, now int64) {
 
 func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64, placed bool) {
 	psn := p.BTH.PSN
-	if !r.sb.tracked(psn) {
-		return // a duplicate of a response already passed
-	}
-	w := qp.sq.find(psn)
-	if w == nil || w.op != WRRDMARead || r.sb.pkt(psn).done {
+	w, off, ok := r.readSlot(qp, psn)
+	if !ok {
 		return // a duplicate, or for a READ already complete
 	}
-	mtu := qp.mtu
-	off := int(psnDiff(psn, w.psn)) * mtu
 	// A READ goes out in chunks and is re-requested in pieces, so FIRST
 	// and LAST mark requests, not the work request: the PSN and the
 	// length decide.
-	if len(p.Payload) != min(mtu, w.length-off) {
+	if len(p.Payload) != min(qp.mtu, w.length-off) {
 		r.failHead(qp, WCBadRespErr)
 		return
 	}
@@ -256,25 +251,34 @@ func (r *requester) onReadResponse(qp *QP, p *wire.Packet, now int64, placed boo
 	r.detectLosses(qp, now)
 }
 
+// readSlot returns the READ a response at psn belongs to and where in
+// it the response's bytes go, unless the response is a duplicate (its
+// PSN passed or delivered) or answers no READ.
+func (r *requester) readSlot(qp *QP, psn uint32) (w *sendWQE, off int, ok bool) {
+	if !r.sb.tracked(psn) || r.sb.pkt(psn).done {
+		return nil, 0, false
+	}
+	if w = qp.sq.find(psn); w == nil || w.op != WRRDMARead {
+		return nil, 0, false
+	}
+	return w, int(psnDiff(psn, w.psn)) * qp.mtu, true
+}
+
 // placeAhead returns where the payload of p goes when p is a READ
 // response the requester awaits, for a READ not yet complete, its payload
 // within one span of the READ's memory, so that the ICRC check can copy
 // it there (QP.checkICRC): onReadResponse then finds it placed, by the
-// same tests in the same order. A response that fails the check leaves
-// its bytes only where the READ's own response for that PSN will write,
-// in memory the READ leaves undefined until it completes.
+// same tests (readSlot, the length). A response that fails the check
+// leaves its bytes only where the READ's own response for that PSN will
+// write, in memory the READ leaves undefined until it completes.
 func (r *requester) placeAhead(qp *QP, p *wire.Packet) ([]byte, bool) {
 	psn, op := p.BTH.PSN, p.BTH.Opcode
-	if qp.state == QPSRTR || op == wire.RCAcknowledge || op == wire.RCAtomicAcknowledge || !r.sb.awaitsResponse(psn) || r.sb.pkt(psn).done {
+	if qp.state == QPSRTR || op == wire.RCAcknowledge || op == wire.RCAtomicAcknowledge || !r.sb.awaitsResponse(psn) {
 		return nil, false
 	}
-	w := qp.sq.find(psn)
-	if w == nil || w.op != WRRDMARead {
-		return nil, false
-	}
-	off := int(psnDiff(psn, w.psn)) * qp.mtu
+	w, off, ok := r.readSlot(qp, psn)
 	n := len(p.Payload)
-	if n == 0 || n != min(qp.mtu, w.length-off) {
+	if !ok || n == 0 || n != min(qp.mtu, w.length-off) {
 		return nil, false
 	}
 	return within(w.first, w.more, off, n)
