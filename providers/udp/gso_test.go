@@ -137,23 +137,37 @@ func TestPacketsInPiecesArriveWhole(t *testing.T) {
 }
 
 func testPacketsInPieces(t *testing.T, portable bool) {
+	tx := sendArrivesWhole(t, portable, func(to netip.AddrPort) []vroce.Packet {
+		var sent []vroce.Packet
+		for i := range 10 {
+			body := bytes.Repeat([]byte{byte(i + 1)}, 2000)
+			if i == 8 {
+				body = body[:500] // the run's short last segment
+			}
+			sent = append(sent, vroce.Packet{Data: []byte{0xa0, byte(i), 0, 0}, Body: body, Tail: []byte{0, 0, 0xc0, byte(i)}, Addr: to, Coalesce: i < 9})
+		}
+		return append(sent, vroce.Packet{Data: []byte("head only"), Addr: to})
+	})
+	if gsoSupported && tx.gso && tx.gsoSent != 1 {
+		t.Fatalf("%d coalesced sends, want 1", tx.gsoSent)
+	}
+}
+
+// sendArrivesWhole sends what build makes for a receiving provider's
+// address, from a provider of its own (with the portable writer, asked),
+// and checks that each packet arrives as the whole packet its pieces
+// make. It returns the sender.
+func sendArrivesWhole(t *testing.T, portable bool, build func(to netip.AddrPort) []vroce.Packet) *Provider {
+	t.Helper()
 	tx, rx := providerPair(t)
 	if portable {
 		tx.bw = newXnetWriter(tx.bc, batchSize, tx.v6)
 	}
-	var sent []vroce.Packet
+	sent := build(rx.LocalAddr())
 	var whole [][]byte
-	for i := range 10 {
-		body := bytes.Repeat([]byte{byte(i + 1)}, 2000)
-		if i == 8 {
-			body = body[:500] // the run's short last segment
-		}
-		pk := vroce.Packet{Data: []byte{0xa0, byte(i), 0, 0}, Body: body, Tail: []byte{0, 0, 0xc0, byte(i)}, Addr: rx.LocalAddr(), Coalesce: i < 9}
-		sent = append(sent, pk)
+	for _, pk := range sent {
 		whole = append(whole, pk.AppendTo(nil))
 	}
-	sent = append(sent, vroce.Packet{Data: []byte("head only"), Addr: rx.LocalAddr()})
-	whole = append(whole, []byte("head only"))
 	if err := tx.Send(sent); err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +176,7 @@ func testPacketsInPieces(t *testing.T, portable bool) {
 			t.Fatalf("packet %d: %d bytes, want %d (%d + %d + %d)", i, len(p.Data), len(whole[i]), len(sent[i].Data), len(sent[i].Body), len(sent[i].Tail))
 		}
 	}
-	if gsoSupported && tx.gso && tx.gsoSent != 1 {
-		t.Fatalf("%d coalesced sends, want 1", tx.gsoSent)
-	}
+	return tx
 }
 
 // refusingWriter stands for a route that cannot segment: it fails every
@@ -240,40 +252,26 @@ func TestPacketsLaidEndToEndArriveWhole(t *testing.T) {
 }
 
 func testPacketsLaidEndToEnd(t *testing.T, portable bool) {
-	tx, rx := providerPair(t)
-	if portable {
-		tx.bw = newXnetWriter(tx.bc, batchSize, tx.v6)
-	}
-	mem := make([]byte, 64<<10)
-	for i := range mem {
-		mem[i] = byte(i * 13)
-	}
-	var sent []vroce.Packet
-	at := 0
-	for i := range 8 { // copied payloads, one after another
-		n := 1200
-		if i == 7 {
-			n = 300 // the run's short last segment
+	sendArrivesWhole(t, portable, func(to netip.AddrPort) []vroce.Packet {
+		mem := make([]byte, 64<<10)
+		for i := range mem {
+			mem[i] = byte(i * 13)
 		}
-		sent = append(sent, vroce.Packet{Data: mem[at : at+n], Addr: rx.LocalAddr(), Coalesce: true})
-		at += n
-	}
-	body := bytes.Repeat([]byte{0xbd}, 2000)
-	for range 6 { // lent payloads: headers, then the tail, in the batch's memory
-		sent = append(sent, vroce.Packet{Data: mem[at : at+16], Body: body, Tail: mem[at+16 : at+24], Addr: rx.LocalAddr(), Coalesce: true})
-		at += 24
-	}
-	sent = append(sent, vroce.Packet{Data: mem[at : at+100], Addr: rx.LocalAddr()})
-	var whole [][]byte
-	for _, pk := range sent {
-		whole = append(whole, pk.AppendTo(nil))
-	}
-	if err := tx.Send(sent); err != nil {
-		t.Fatal(err)
-	}
-	for i, p := range providertest.Receive(t, rx, len(sent), 4) {
-		if !bytes.Equal(p.Data, whole[i]) {
-			t.Fatalf("packet %d: %d bytes, want %d", i, len(p.Data), len(whole[i]))
+		var sent []vroce.Packet
+		at := 0
+		for i := range 8 { // copied payloads, one after another
+			n := 1200
+			if i == 7 {
+				n = 300 // the run's short last segment
+			}
+			sent = append(sent, vroce.Packet{Data: mem[at : at+n], Addr: to, Coalesce: true})
+			at += n
 		}
-	}
+		body := bytes.Repeat([]byte{0xbd}, 2000)
+		for range 6 { // lent payloads: headers, then the tail, in the batch's memory
+			sent = append(sent, vroce.Packet{Data: mem[at : at+16], Body: body, Tail: mem[at+16 : at+24], Addr: to, Coalesce: true})
+			at += 24
+		}
+		return append(sent, vroce.Packet{Data: mem[at : at+100], Addr: to})
+	})
 }
