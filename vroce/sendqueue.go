@@ -93,7 +93,6 @@ func (w *sendWQE) lastPSN() uint32 { return psnAdd(w.psn, w.npsn-1) }
 type sendQueue struct {
 	ring             []sendWQE
 	head, next, tail uint64 // complete < head <= next (being sent) <= tail
-	found            uint64 // the request find returned last, looked at first
 	max              int
 }
 
@@ -133,31 +132,18 @@ func (q *sendQueue) popHead() *sendWQE {
 }
 
 // find returns the work request that psn belongs to, among those that
-// have PSNs. A READ's responses come a packet at a time, each looked up
-// twice (the ICRC check places it, then the completer takes it), so the
-// request found last is looked at first.
+// have PSNs.
 func (q *sendQueue) find(psn uint32) *sendWQE {
-	if i := q.found; i >= q.head && i < q.tail {
-		if w := q.slot(i); w.assigned && w.holds(psn) {
-			return w
-		}
-	}
 	for i := q.head; i < q.tail; i++ {
 		w := q.slot(i)
 		if !w.assigned {
 			break
 		}
-		if w.holds(psn) {
-			q.found = i
+		if psnDiff(psn, w.psn) >= 0 && psnDiff(psn, w.lastPSN()) <= 0 {
 			return w
 		}
 	}
 	return nil
-}
-
-// holds reports whether psn is one of the request's PSNs.
-func (w *sendWQE) holds(psn uint32) bool {
-	return psnDiff(psn, w.psn) >= 0 && psnDiff(psn, w.lastPSN()) <= 0
 }
 
 // PostSend posts send work requests (ibv_post_send). On error the requests
