@@ -15,10 +15,13 @@
 //     puts in place of the program's descriptor with dup3, having taken
 //     the descriptor out of the program's epoll sets first and put it back
 //     after with the same events and data.
-//   - listen: the daemon serves the program's listening socket
-//     (rsock.ListenConfig.Serve), and the program's descriptor becomes an
+//   - listen: the daemon serves the program's socket
+//     (rsock.ListenConfig.Serve), which listens on it only once the vRoCE
+//     service answers probes (a client that found the port open earlier
+//     would be sent to TCP), and the program's descriptor becomes an
 //     accept queue, a SOCK_SEQPACKET socketpair end: each message is one
-//     accepted descriptor and its addresses.
+//     accepted descriptor and its addresses. A socket the daemon does not
+//     take, the program listens on itself.
 //
 // So epoll, poll, select, non-blocking I/O, fork, dup, shutdown and
 // sendfile work on real descriptors with no interposition; the

@@ -110,10 +110,11 @@ func httpServer(t *testing.T, kitDir, root string, port int, plain bool) {
 	argv := []string{"python3", "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1", "--directory", root}
 	if plain {
 		start(t, exec.Command(argv[0], argv[1:]...))
-	} else {
-		start(t, vroceRun(t, kitDir, argv...))
+		waitPort(t, port)
+		return
 	}
-	waitPort(t, port)
+	start(t, vroceRun(t, kitDir, argv...))
+	waitService(t, port)
 }
 
 var reportLine = regexp.MustCompile(`vroce-run: (\d+) connections over vRoCE \((\d+) bytes; (\d+) by RDMA_CM; \d+ reset by the peer\), (\d+) over TCP`)

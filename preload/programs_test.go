@@ -46,16 +46,28 @@ func start(t *testing.T, cmd *exec.Cmd) *exec.Cmd {
 // waitPort waits until a TCP socket listens on port, without connecting
 // to it (a one-off server would take the probe for its client).
 func waitPort(t *testing.T, port int) {
-	verbstest.WaitFor(t, fmt.Sprintf("port %d listens", port), func() bool {
-		// local_address is HEXIP:HEXPORT; state 0A is LISTEN.
-		re := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*\d+: [0-9A-F]+:%04X [0-9A-F]+:[0-9A-F]{4} 0A `, port))
-		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-			if tab, err := os.ReadFile(f); err == nil && re.Match(tab) {
-				return true
-			}
+	verbstest.WaitFor(t, fmt.Sprintf("port %d listens", port), func() bool { return bound(port, "tcp", "0A") })
+}
+
+// waitService is waitPort for a port vroced serves: the moment the TCP
+// port listens, the vRoCE device must be on its UDP twin already, or a
+// client that connects at once is told there is no vRoCE service.
+func waitService(t *testing.T, port int) {
+	waitPort(t, port)
+	assert.True(t, bound(port, "udp", "07"), "port %d listened before its vRoCE device was open", port)
+}
+
+// bound says whether /proc/net's proto tables have a socket in state
+// (hex: 0A is TCP's LISTEN, 07 an unconnected UDP socket) on port.
+func bound(port int, proto, state string) bool {
+	// local_address is HEXIP:HEXPORT.
+	re := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*\d+: [0-9A-F]+:%04X [0-9A-F]+:[0-9A-F]{4} %s `, port, state))
+	for _, f := range []string{"/proc/net/" + proto, "/proc/net/" + proto + "6"} {
+		if tab, err := os.ReadFile(f); err == nil && re.Match(tab) {
+			return true
 		}
-		return false
-	})
+	}
+	return false
 }
 
 // interposed runs argv under vroce-run and returns its output, failing
@@ -88,7 +100,7 @@ func TestIperf3(t *testing.T) {
 	dir := kit(t, "iperf3")
 	port := freePort(t)
 	background(t, dir, "iperf3", "-s", "-p", strconv.Itoa(port))
-	waitPort(t, port)
+	waitService(t, port)
 	for _, mode := range modes {
 		for _, args := range [][]string{{}, {"-P", "4"}, {"-R"}} {
 			argv := append([]string{"iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(port), "-t", "1"}, args...)
@@ -104,7 +116,7 @@ func TestIperf3(t *testing.T) {
 
 	dport := freePort(t)
 	interposed(t, dir, "iperf3", "-s", "-D", "-1", "-p", strconv.Itoa(dport))
-	waitPort(t, dport) // the daemon, its vroce-run gone
+	waitService(t, dport) // the daemon, its vroce-run gone
 	out := interposed(t, dir, "iperf3", "-c", "127.0.0.1", "-p", strconv.Itoa(dport), "-t", "1")
 	overVRoCE(t, out, 2)
 }
@@ -117,7 +129,7 @@ func TestRedis(t *testing.T) {
 	data := t.TempDir()
 	background(t, dir, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--dir", data)
 	p, _ := strconv.Atoi(port)
-	waitPort(t, p)
+	waitService(t, p)
 
 	bench := vroceRun(t, dir, "redis-benchmark", "-p", port, "-t", "set,get", "-c", "32", "-P", "8", "-n", "50000", "-q")
 	var out bytes.Buffer
@@ -189,7 +201,7 @@ http {
 			t.Logf("nginx error log:\n%s", log)
 		}
 	})
-	waitPort(t, front)
+	waitService(t, front)
 
 	fetch := func(path string) {
 		got := filepath.Join(t.TempDir(), "got")
@@ -283,7 +295,7 @@ for _ in range(2):
 	srv.Stdout, srv.Stderr = &out, &out
 	require.NoError(t, srv.Start())
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	waitPort(t, port)
+	waitService(t, port)
 
 	client := fmt.Sprintf(`
 import socket, struct

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
+
 	"vroce.dev/internal/testkit/verbstest"
 
 	"github.com/stretchr/testify/assert"
@@ -158,6 +161,52 @@ func TestDialOverConnectProbesBeforeItConnects(t *testing.T) {
 	assert.Equal(t, "vroce", transport(c))
 	require.NoError(t, roundTrip(c, payload(4, 64<<10)))
 	c.Close()
+	l.Close()
+	served.Wait()
+	settle(t)
+}
+
+// boundSocket is a TCP socket bound to a free loopback port and not
+// listening, as a program's is when it calls listen.
+func boundSocket(t *testing.T) *net.TCPListener {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	f := os.NewFile(uintptr(fd), "bound")
+	defer f.Close()
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	ln, err := net.FileListener(f)
+	require.NoError(t, err)
+	return ln.(*net.TCPListener)
+}
+
+// A socket handed over bound but not listening listens only once the
+// vRoCE service can answer: where the device cannot be opened it is left
+// not listening (a connect is refused), and where it can, the first
+// client that finds the port open gets a stream.
+func TestServeListensOnlyOnceTheServiceAnswers(t *testing.T) {
+	ln := boundSocket(t)
+	defer ln.Close()
+	addr := ln.Addr().(*net.TCPAddr)
+	twin, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Port: addr.Port})
+	require.NoError(t, err)
+	_, err = (&ListenConfig{}).Serve(ln)
+	require.Error(t, err, "the device's UDP port is taken")
+	_, err = net.DialTCP("tcp", nil, addr)
+	require.ErrorIs(t, err, syscall.ECONNREFUSED, "Serve failed: the socket must not listen")
+	twin.Close()
+
+	l, err := (&ListenConfig{}).Serve(ln)
+	require.NoError(t, err)
+	served := echoServer(t, l)
+	c, err := (&Dialer{NoFallback: true, Timeout: 10 * time.Second}).Dial("tcp", addr.String())
+	require.NoError(t, err)
+	assert.Equal(t, "vroce", transport(c))
+	require.NoError(t, roundTrip(c, payload(5, 64<<10)))
+	c.Close()
+	plain, err := net.Dial("tcp", addr.String())
+	require.NoError(t, err)
+	require.NoError(t, roundTrip(plain, payload(6, 10<<10)), "a plain TCP client on the same port")
+	plain.Close()
 	l.Close()
 	served.Wait()
 	settle(t)

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -61,19 +63,22 @@ func Listen(network, address string) (net.Listener, error) {
 // Listener accepts streams: vRoCE streams of either mode, and plain TCP
 // connections (in socket mode) on the same port.
 type Listener struct {
-	st        *stack
-	network   string
-	addr      *net.TCPAddr
-	tcp       *net.TCPListener // nil in ModeCM
-	cml       *cm.Listener
-	backlog   int // the connection manager's max_backlog
-	keepAlive time.Duration
-	queue     chan net.Conn
-	done      chan struct{}
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	st      *stack
+	network string
+	addr    *net.TCPAddr
+	tcp     *net.TCPListener // nil in ModeCM
+	cml     *cm.Listener
+	backlog int // the connection manager's max_backlog
+	// listenOnStart: tcp was handed to Serve bound but not listening;
+	// start listens on it once the service answers probes.
+	listenOnStart bool
+	keepAlive     time.Duration
+	queue         chan net.Conn
+	done          chan struct{}
+	ctx           context.Context
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
+	closeOnce     sync.Once
 	// halfOpen holds a token per RDMA_CM connection accepted and not yet
 	// established: each has a QP, a stream and a goroutine waiting for
 	// the RTU, so at most maxHalfOpen are; further requests wait in the
@@ -127,14 +132,25 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 // the device receives on the UDP port equal to ln's. The listener owns ln
 // from here on: closing it closes ln. On an error ln stays the caller's,
 // open, to serve plain TCP itself if it likes.
+//
+// ln may be bound and not yet listening (a program's socket handed over
+// at its listen call). Serve then listens on it only once the service
+// answers probes, so that a client that finds the TCP port open is never
+// told that no vRoCE service is there; the backlog is the system's
+// maximum, as net.Listen's. On an error such an ln is left not
+// listening.
 func (lc *ListenConfig) Serve(ln *net.TCPListener) (net.Listener, error) {
 	addr := ln.Addr().(*net.TCPAddr)
 	opErr := func(err error) error { return &net.OpError{Op: "listen", Net: "tcp", Addr: addr, Err: err} }
 	if lc.Mode != "" && lc.Mode != ModeSocket { // $RSOCK_MODE does not apply: the listener is TCP already
 		return nil, opErr(fmt.Errorf("rsock: a TCP listener is served in socket mode, not %q", lc.Mode))
 	}
+	listening, err := isListening(ln)
+	if err != nil {
+		return nil, opErr(err)
+	}
 	l := lc.newListener("tcp")
-	l.tcp, l.addr = ln, addr
+	l.tcp, l.addr, l.listenOnStart = ln, addr, !listening
 	host := addr.IP.String()
 	if addr.IP.IsUnspecified() {
 		host = "" // every address, as Listen's ":port"
@@ -182,13 +198,21 @@ func listenerStack(c stackConfig) (*stack, error) {
 	return st, nil
 }
 
-// start listens on the stack's connection manager and starts accepting;
-// on failure it releases the stack (the TCP listener is its opener's).
+// start listens on the stack's connection manager, then on a handed-over
+// TCP socket not listening yet, and starts accepting; on failure it
+// releases the stack (the TCP listener is its opener's).
 func (l *Listener) start() error {
 	var err error
 	if l.cml, err = l.st.cm.Listen(uint16(l.addr.Port), l.backlog); err != nil {
 		l.st.unref(false)
 		return err
+	}
+	if l.listenOnStart {
+		if err := listenTCPSocket(l.tcp); err != nil {
+			l.cml.Close()
+			l.st.unref(false)
+			return err
+		}
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
@@ -209,6 +233,38 @@ func (lc *ListenConfig) stackConfig(host, port string, backlog int) stackConfig 
 		}
 	}
 	return c
+}
+
+// isListening says whether ln's socket listens already.
+func isListening(ln *net.TCPListener) (bool, error) {
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		return false, err
+	}
+	var v int
+	var soErr error
+	if err := rc.Control(func(fd uintptr) { v, soErr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_ACCEPTCONN) }); err != nil {
+		return false, err
+	}
+	return v != 0, soErr
+}
+
+// listenTCPSocket listens on ln's socket with the largest backlog the
+// system allows: the kernel cuts any larger one to net.core.somaxconn,
+// which net.Listen uses too.
+func listenTCPSocket(ln *net.TCPListener) error {
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var lerr error
+	if err := rc.Control(func(fd uintptr) { lerr = syscall.Listen(int(fd), math.MaxInt32) }); err != nil {
+		return err
+	}
+	if lerr != nil {
+		return os.NewSyscallError("listen", lerr)
+	}
+	return nil
 }
 
 // listenTCP opens the TCP port and the device on the same UDP port. When

@@ -456,26 +456,30 @@ int listen(int fd, int backlog) {
 	struct fdinfo *li = info(fd);
 	if (st.enabled && li && li->kind == K_LISTENER)
 		return 0; /* listening already (nginx listens again to set the backlog) */
-	int rc = real_listen(fd, backlog);
-	if (rc < 0 || !st.enabled || !is_tcp(fd))
-		return rc;
+	/* The daemon listens on the socket itself, once its vRoCE service
+	 * can answer: a client that finds the port open earlier would be
+	 * told there is none and use TCP. */
+	if (!st.enabled || !is_tcp(fd))
+		return real_listen(fd, backlog);
 	int flflags = fcntl(fd, F_GETFL), fdflags = fcntl(fd, F_GETFD);
 	unsigned char m[MSG_SIZE], r[MSG_SIZE];
 	memset(m, 0, sizeof m);
 	put32(m, MAGIC);
 	put32(m + 4, OP_LISTEN);
+	put32(m + 12, (uint32_t)backlog);
 	pthread_mutex_lock(&st.mu);
 	int nfd;
 	int n = request(m, fd, r, &nfd);
 	if (n < 0 || get32(r + 8) != 0 || nfd < 0) {
-		/* The daemon would not take it: the program keeps its listener,
-		 * with the file status flags the daemon shared. (A listener the
-		 * daemon took keeps the daemon's: it is the daemon's now.) */
+		/* The daemon would not take it: the program keeps its socket,
+		 * with the file status flags the daemon shared, and listens.
+		 * (A listener the daemon took keeps the daemon's: it is the
+		 * daemon's now.) */
 		fcntl(fd, F_SETFL, flflags);
 		if (nfd >= 0)
 			syscall(SYS_close, nfd);
 		pthread_mutex_unlock(&st.mu);
-		return 0;
+		return real_listen(fd, backlog);
 	}
 	struct sockaddr_storage local;
 	socklen_t llen = get_addr(r + 16, &local);
