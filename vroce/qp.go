@@ -395,12 +395,12 @@ func (qp *QP) receive(p *wire.Packet, raw []byte, src netip.AddrPort, rb *rxBatc
 	defer func() { qp.rx = nil }()
 	if p.BTH.Opcode.Flags()&wire.IsResponse != 0 {
 		if qp.state != QPSRTR {
-			qp.req.onResponse(qp, p, qp.dev.now(), placed)
+			qp.req.onResponse(qp, p, rb.now, placed)
 		}
 		return
 	}
 	if p.BTH.PiggyACK {
-		qp.onPiggyACK(p)
+		qp.onPiggyACK(p, rb.now)
 	}
 	sent := qp.stats.TxPackets
 	qp.resp.onRequest(qp, p, raw, rb, placed)
@@ -451,13 +451,14 @@ func (qp *QP) placeAhead(p *wire.Packet) ([]byte, bool) {
 	return qp.resp.placeAhead(qp, p)
 }
 
-// onPiggyACK hands the completer the ACK that rode on a request.
-func (qp *QP) onPiggyACK(p *wire.Packet) {
+// onPiggyACK hands the completer the ACK that rode on a request, which
+// arrived in the receive batch of time now.
+func (qp *QP) onPiggyACK(p *wire.Packet, now int64) {
 	if qp.state == QPSRTR { // the requester has not started
 		return
 	}
 	qp.stats.PiggyACKsRecv++
-	qp.req.onAck(qp, ack{psn: p.Piggy.PSN, aeth: p.Piggy.AETH}, qp.dev.now())
+	qp.req.onAck(qp, ack{psn: p.Piggy.PSN, aeth: p.Piggy.AETH}, now)
 }
 
 // pumpInto sends what the send queue can send now into the receive

@@ -115,7 +115,7 @@ func FuzzQPReceive(f *testing.F) {
 		pkt[9], pkt[10], pkt[11] = byte(psn>>16)|pkt[9]&0x80, byte(psn>>8), byte(psn)
 		pkt[8] &= 0x81 // AckReq and PiggyACK; the other reserved bits clear
 		flow.Seal(pkt)
-		rb := &rxBatch{out: d.getBatch()}
+		rb := &rxBatch{out: d.getBatch(), now: d.now()}
 		d.receive(&Packet{Data: pkt, Addr: peer}, rb)
 		d.settle(rb, false)
 		d.putBatch(rb.out)

@@ -59,8 +59,14 @@ const (
 	repeatedTimeout
 )
 
-// sample takes an RTT sample of a packet sent once.
+// sample takes an RTT sample of a packet sent once. Time is the receive
+// batch's, read before its packets are handled: a sample that is not
+// positive acknowledged a packet sent after the batch arrived, which only
+// a peer guessing PSNs does.
 func (l *lossRecovery) sample(d int64) {
+	if d <= 0 {
+		return
+	}
 	l.rtt.Sample(d)
 	l.freshSample = true
 	if l.unjudged == 0 || d < l.unjudged {

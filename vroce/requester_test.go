@@ -105,6 +105,9 @@ func (rb *requesterBench) deliver(t *testing.T, p wire.Packet, rx *rxBatch) {
 	n, err := p.Encode(b)
 	require.NoError(t, err)
 	require.True(t, (wire.Flow{Src: benchPeer, Dst: d.local}).Seal(b[:n]))
+	if rx.now == 0 {
+		rx.now = d.now() // a batch that arrives now, as handleBatch says
+	}
 	d.receive(&Packet{Data: b[:n], Addr: benchPeer}, rx)
 }
 
