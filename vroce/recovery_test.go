@@ -214,3 +214,19 @@ func TestStatsReportTheRTOTheNextPacketGets(t *testing.T) {
 		assert.GreaterOrEqual(t, reported, time.Duration(minRTO), "an RTT of %v", time.Duration(rtt))
 	}
 }
+
+// A sample that is not positive (an ACK in a batch that arrived before
+// its packet left: a peer guessing PSNs) teaches nothing: not the QP's
+// estimate, not the controller's next sample, not the peer's.
+func TestASampleThatIsNotPositiveIsDropped(t *testing.T) {
+	var peer peerRTT
+	r := lossRecovery{peer: &peer}
+	r.sample(40_000)
+	require.Equal(t, int64(40_000), r.takeSample())
+	for _, d := range []int64{0, -5_000} {
+		r.sample(d)
+		assert.Zero(t, r.takeSample(), "sample %d", d)
+	}
+	assert.Equal(t, int64(40_000), r.rtt.SRTT)
+	assert.Equal(t, int64(40_000), peer.estimate().SRTT)
+}
