@@ -397,6 +397,16 @@ func (d *Device) transmit(b *txBatch) {
 	if len(b.pkts) == 0 {
 		return
 	}
+	d.transmitAt(b, d.now())
+}
+
+// transmitAt is transmit for a caller that has just read the clock (now),
+// which dates the send for sendStall: a reading costs 44 ns on a first
+// Zen, a fiftieth of one end's turn of a 64-byte ping-pong.
+func (d *Device) transmitAt(b *txBatch, now int64) {
+	if len(b.pkts) == 0 {
+		return
+	}
 	b.joinLone()
 	if d.pcap != nil {
 		var whole []byte
@@ -406,12 +416,11 @@ func (d *Device) transmit(b *txBatch) {
 		}
 	}
 	d.stats.txPackets.Add(uint64(len(b.pkts)))
-	began := d.now()
-	d.sending.begin(began)
+	d.sending.begin(now)
 	if err := d.prov.Send(b.pkts); err != nil {
 		d.stats.txErrors.Add(1)
 	}
-	d.sending.end(began)
+	d.sending.end(now)
 	b.reset()
 }
 

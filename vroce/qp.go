@@ -523,7 +523,7 @@ func (qp *QP) kickAt(now int64) {
 		qp.resp.onReadTimer(qp, now, b) // paced READ answers that waited for a batch to leave
 		qp.req.pump(qp, b, now)
 	}
-	qp.dev.transmit(b)
+	qp.dev.transmitAt(b, now)
 	qp.dev.putBatch(b)
 }
 
