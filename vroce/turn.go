@@ -309,16 +309,7 @@ func (d *Device) receiveFor(ctx context.Context, out *txBatch, done func() bool)
 	w.done, w.keep = done, false
 	var err error
 	for ctx.Err() == nil && !d.isClosed() && !done() {
-		pkts := t.buffers()
-		if br, ok := d.prov.(BatchReceiver); ok {
-			err = br.RecvEach(pkts, t.deliver)
-		} else {
-			var got int
-			if got, err = d.prov.Recv(pkts); err == nil && got > 0 {
-				t.deliver(got)
-			}
-		}
-		if err != nil || w.keep {
+		if err = d.recvInto(t.buffers(), t.deliver); err != nil || w.keep {
 			break
 		}
 		d.sendDueAcks(rb)
