@@ -324,3 +324,47 @@ s.close()
 	assert.True(t, strings.HasPrefix(out.String(), "listening\neof\neof\n"), out.String())
 	assert.Contains(t, out.String(), "1 reset by the peer", "SO_LINGER 0 reset the stream")
 }
+
+// A program that listens on a socket it never bound (the kernel picks
+// its port at listen) is served over vRoCE too: vroced listens first to
+// learn the port, which nobody can know before listen returns.
+func TestListenWithoutBind(t *testing.T) {
+	dir := kit(t, "python3")
+	server := `
+import socket
+l = socket.socket()
+l.listen()
+l.settimeout(30)
+print(l.getsockname()[1], flush=True)
+c, _ = l.accept()
+c.settimeout(30)
+got = b""
+while len(got) < 5:
+    got += c.recv(5 - len(got))
+c.sendall(got[::-1])
+c.close()
+`
+	srv := vroceRun(t, dir, "python3", "-c", server)
+	var out streamtest.SyncBuffer
+	srv.Stdout, srv.Stderr = &out, &out
+	require.NoError(t, srv.Start())
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	verbstest.WaitFor(t, "the server says its port", func() bool { return strings.Contains(out.String(), "\n") })
+	port, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(out.String(), "\n", 2)[0]))
+	require.NoError(t, err, "the server's first line: %q", out.String())
+	assert.True(t, bound(port, "udp", "07"), "port %d's vRoCE device is open", port)
+
+	client := fmt.Sprintf(`
+import socket
+s = socket.create_connection(("127.0.0.1", %d), timeout=30)
+s.sendall(b"hello")
+got = b""
+while len(got) < 5:
+    got += s.recv(5 - len(got))
+print("got", got.decode(), flush=True)
+`, port)
+	res := interposed(t, dir, "python3", "-c", client)
+	assert.Contains(t, res, "got olleh")
+	overVRoCE(t, res, 1)
+	require.NoError(t, srv.Wait())
+}
