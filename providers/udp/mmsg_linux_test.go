@@ -1,9 +1,11 @@
 package udp
 
 import (
+	"fmt"
 	"net"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"vroce.dev/vroce"
@@ -60,4 +62,54 @@ func TestAdjacentPiecesShareAnIovec(t *testing.T) {
 	n, b = iovecs(lent)
 	require.Equal(t, 1+2*3, n, "each tail joins the next packet's headers")
 	require.Equal(t, total(lent), b)
+}
+
+// A reader told that the GRO buffers never change (keep) stops checking
+// where its headers point while it receives into them, and still lands
+// every datagram in the buffers it is handed: other buffers in between,
+// then the kept ones again.
+func TestKeptBuffersAndOthersEachGetTheirDatagrams(t *testing.T) {
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer rx.Close()
+	tx, err := net.DialUDP("udp4", nil, rx.LocalAddr().(*net.UDPAddr))
+	require.NoError(t, err)
+	defer tx.Close()
+	m, err := newMmsgReader(rx, 4, 0)
+	require.NoError(t, err)
+
+	buffers := func() ([][]byte, [][]byte) {
+		bufs, oobs := make([][]byte, 4), make([][]byte, 4)
+		for i := range bufs {
+			bufs[i], oobs[i] = make([]byte, 64), make([]byte, 64)
+		}
+		return bufs, oobs
+	}
+	kept, keptOOB := buffers()
+	other, otherOOB := buffers()
+	m.keep(kept, keptOOB)
+	rounds := [][][]byte{kept, kept, other, kept, other, other, kept}
+	for round, into := range rounds {
+		oobs := keptOOB
+		if &into[0] == &other[0] {
+			oobs = otherOOB
+		}
+		// One datagram a round, three after a round into the other
+		// buffers: the headers a one-datagram round set up again are
+		// not all of them.
+		count := 1
+		if round > 0 && &into[0] != &rounds[round-1][0] {
+			count = 3
+		}
+		for i := range count {
+			_, err := tx.Write([]byte(fmt.Sprintf("round %d, %d", round, i)))
+			require.NoError(t, err)
+		}
+		var got int
+		require.NoError(t, m.each(into, oobs, func(n int) (int, bool) { got = n; return n, false }))
+		require.Equal(t, count, got, "round %d", round)
+		for i := range count {
+			assert.Equal(t, fmt.Sprintf("round %d, %d", round, i), string(into[i][:m.size(i)]), "round %d: each datagram is in the buffers handed in", round)
+		}
+	}
 }

@@ -89,6 +89,10 @@ type batchReader interface {
 	// was more than one packet (a busy socket), and otherwise waits for
 	// the poller.
 	each(bufs, oobs [][]byte, got func(datagrams int) (packets int, more bool)) error
+	// keep says that bufs and oobs (the provider's GRO buffers) are
+	// passed again and again, never changed: a receive into them need
+	// not check where the reader's headers point.
+	keep(bufs, oobs [][]byte)
 	// stop ends an each in progress, as the socket closes.
 	stop()
 	size(i int) int
@@ -147,7 +151,8 @@ func (r *xnetReader) each(bufs, oobs [][]byte, got func(int) (int, bool)) error 
 	}
 }
 
-func (r *xnetReader) stop() {} // each ReadBatch sees the socket closed
+func (r *xnetReader) stop()                    {} // each ReadBatch sees the socket closed
+func (r *xnetReader) keep(bufs, oobs [][]byte) {} // ReadBatch sets every message up anyway
 
 func (r *xnetReader) size(i int) int            { return r.msgs[i].N }
 func (r *xnetReader) control(i int) int         { return r.msgs[i].NN }
@@ -280,6 +285,7 @@ func (p *Provider) groBuffers() ([][]byte, [][]byte) {
 			p.rbufs[i] = area[i<<16 : (i+1)<<16 : (i+1)<<16]
 			p.roob[i] = make([]byte, 64)
 		}
+		p.br.keep(p.rbufs, p.roob)
 	}
 	return p.rbufs, p.roob
 }
