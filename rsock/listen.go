@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,16 +70,19 @@ type Listener struct {
 	tcp     *net.TCPListener // nil in ModeCM
 	cml     *cm.Listener
 	backlog int // the connection manager's max_backlog
-	// listenOnStart: tcp was handed to Serve bound but not listening;
-	// start listens on it once the service answers probes.
-	listenOnStart bool
-	keepAlive     time.Duration
-	queue         chan net.Conn
-	done          chan struct{}
-	ctx           context.Context
-	cancel        context.CancelFunc
-	wg            sync.WaitGroup
-	closeOnce     sync.Once
+	// openTCP, when set, opens the TCP port once the service answers
+	// probes (start): a client that finds the port open is then never
+	// told that no vRoCE service is there. Serve's bound socket listens
+	// then, and Listen's port of its own opens then when it is known
+	// before it opens.
+	openTCP   func() error
+	keepAlive time.Duration
+	queue     chan net.Conn
+	done      chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 	// halfOpen holds a token per RDMA_CM connection accepted and not yet
 	// established: each has a QP, a stream and a goroutine waiting for
 	// the RTU, so at most maxHalfOpen are; further requests wait in the
@@ -150,7 +154,10 @@ func (lc *ListenConfig) Serve(ln *net.TCPListener) (net.Listener, error) {
 		return nil, opErr(err)
 	}
 	l := lc.newListener("tcp")
-	l.tcp, l.addr, l.listenOnStart = ln, addr, !listening
+	l.tcp, l.addr = ln, addr
+	if !listening {
+		l.openTCP = func() error { return listenTCPSocket(ln) }
+	}
 	host := addr.IP.String()
 	if addr.IP.IsUnspecified() {
 		host = "" // every address, as Listen's ":port"
@@ -198,17 +205,17 @@ func listenerStack(c stackConfig) (*stack, error) {
 	return st, nil
 }
 
-// start listens on the stack's connection manager, then on a handed-over
-// TCP socket not listening yet, and starts accepting; on failure it
-// releases the stack (the TCP listener is its opener's).
+// start listens on the stack's connection manager, then opens the TCP
+// port if that waits for it (openTCP), and starts accepting; on failure
+// it releases the stack (the TCP listener is its opener's).
 func (l *Listener) start() error {
 	var err error
 	if l.cml, err = l.st.cm.Listen(uint16(l.addr.Port), l.backlog); err != nil {
 		l.st.unref(false)
 		return err
 	}
-	if l.listenOnStart {
-		if err := listenTCPSocket(l.tcp); err != nil {
+	if l.openTCP != nil {
+		if err := l.openTCP(); err != nil {
 			l.cml.Close()
 			l.st.unref(false)
 			return err
@@ -267,11 +274,30 @@ func listenTCPSocket(ln *net.TCPListener) error {
 	return nil
 }
 
-// listenTCP opens the TCP port and the device on the same UDP port. When
-// the port was left to the system and its UDP twin is taken, it tries
-// another.
+// listenTCP opens the device and the TCP port on the same port number.
+// A port given opens the device first and the TCP port only once start
+// has the service answering (openTCP). A port left to the system opens
+// TCP first, to learn the number, which nobody can know before Listen
+// returns; when its UDP twin is taken it tries another.
 func (l *Listener) listenTCP(ctx context.Context, lc *ListenConfig, host, portStr string) error {
 	nlc := net.ListenConfig{KeepAlive: lc.KeepAlive}
+	if port, err := strconv.ParseUint(portStr, 10, 16); err == nil && port != 0 {
+		st, err := listenerStack(lc.stackConfig(host, portStr, l.backlog))
+		if err != nil {
+			return fmt.Errorf("rsock: the device for TCP port %d: %w", port, err)
+		}
+		l.st, l.addr = st, &net.TCPAddr{Port: int(port)} // start needs the port; openTCP the rest
+		l.openTCP = func() error {
+			ln, err := nlc.Listen(ctx, l.network, net.JoinHostPort(host, portStr))
+			if err != nil {
+				return err
+			}
+			l.tcp = ln.(*net.TCPListener)
+			l.addr = l.tcp.Addr().(*net.TCPAddr)
+			return nil
+		}
+		return nil
+	}
 	for try := 0; ; try++ {
 		ln, err := nlc.Listen(ctx, l.network, net.JoinHostPort(host, portStr))
 		if err != nil {
