@@ -29,10 +29,13 @@
 // makes that an error). A listener serves vRoCE clients of both modes and
 // plain TCP clients on one port. RDMA_CM mode (RSOCK_MODE=cm) uses the
 // in-band connection manager alone. A listener's device receives on the
-// UDP port equal to its TCP port; a dialer's on an ephemeral port.
+// UDP port equal to its TCP port; a dialer's on an ephemeral port. The TCP
+// port opens last, once the device answers probes for it, so a dialer
+// that finds it open is not told that no vRoCE service is there.
 //
 // A program's own sockets can be handed in: ListenConfig.Serve serves an
-// open *net.TCPListener as Listen serves its own port, and Dialer.DialOver
+// open *net.TCPListener as Listen serves its own port (one bound and not
+// yet listening, it listens on last, as Listen does), and Dialer.DialOver
 // makes a stream of an established *net.TCPConn (or keeps it as the
 // connection, for a peer that does not speak vRoCE); vroce-run's daemon is
 // meant to use both.
