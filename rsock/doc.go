@@ -29,9 +29,9 @@
 // makes that an error). A listener serves vRoCE clients of both modes and
 // plain TCP clients on one port. RDMA_CM mode (RSOCK_MODE=cm) uses the
 // in-band connection manager alone. A listener's device receives on the
-// UDP port equal to its TCP port; a dialer's on an ephemeral port. The TCP
-// port opens last, once the device answers probes for it, so a dialer
-// that finds it open is not told that no vRoCE service is there.
+// UDP port equal to its TCP port; a dialer's on an ephemeral port. A port
+// given opens for TCP last, once the device answers probes for it, so a
+// dialer that finds it open is not told that no vRoCE service is there.
 //
 // A program's own sockets can be handed in: ListenConfig.Serve serves an
 // open *net.TCPListener as Listen serves its own port (one bound and not
