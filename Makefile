@@ -104,8 +104,9 @@ bench-page: build
 # 1500 and 9000, and goodput under 1% and 5% random loss each way
 # (nftables), each run RUNS times in each placement (both ends pinned with
 # taskset, both transports alike: on one CPU, then a CPU each): every
-# run's figure, the spread, the median against the target and the steal
-# during each run (root, ip, nft, taskset; about twelve minutes at 3).
+# run's figure, the spread, the median against the target, the bandwidth
+# runs' sender CPU a GiB against TCP's, and the steal during each run
+# (root, ip, nft, taskset; about eight minutes at 3).
 RUNS ?= 3
 bench-targets: build
 	$(GO) run ./bench/page -perf $(BIN)/vroce-perf -targets -runs $(RUNS)

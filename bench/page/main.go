@@ -351,7 +351,33 @@ func runTarget(w io.Writer, l *link, perf string, runs int, t target) error {
 	// The ratios alone hide which side moved: TCP's own figures here
 	// move 2x between runs.
 	fmt.Fprintf(w, "  vRoCE %s, TCP %s (%s); stolen by the hypervisor %s ms\n", strings.Join(ours, " "), strings.Join(tcps, " "), unit, strings.Join(steal, " "))
+	if !isLatency(t.test) {
+		// The other bandwidth target: CPU seconds a GiB at most
+		// TCP's.
+		what, _, _ := strings.Cut(t.name, ":")
+		cpu, ours, tcps := cpuPerGiB(pts)
+		verdict(w, l.title()+": "+what+": vRoCE/TCP CPU seconds a GiB, the sender's", cpu, 1, true)
+		fmt.Fprintf(w, "  vRoCE %s, TCP %s (s/GiB)\n", strings.Join(ours, " "), strings.Join(tcps, " "))
+	}
 	return nil
+}
+
+// cpuPerGiB is each bandwidth run's CPU seconds a GiB, vRoCE's over
+// TCP's, and both figures: vroce-perf's client measures its own
+// process, the sender of a _bw test. A run lacking either is left out.
+func cpuPerGiB(pts [][]point) (ratios []float64, ours, tcps []string) {
+	for _, run := range pts {
+		if len(run) == 0 {
+			continue
+		}
+		v, k := byProvider(run, run[0].Test)
+		if len(v) == 0 || len(k) == 0 || v[0].CPUPerGiB <= 0 || k[0].CPUPerGiB <= 0 {
+			continue
+		}
+		ratios = append(ratios, v[0].CPUPerGiB/k[0].CPUPerGiB)
+		ours, tcps = append(ours, fmt.Sprintf("%.2f", v[0].CPUPerGiB)), append(tcps, fmt.Sprintf("%.2f", k[0].CPUPerGiB))
+	}
+	return ratios, ours, tcps
 }
 
 // verdict writes a target's runs and their median against the goal.

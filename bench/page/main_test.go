@@ -185,3 +185,21 @@ func TestCPUNameTellsGenerationsApart(t *testing.T) {
 	require.Empty(t, cpuNameOf("processor\t: 0\nBogoMIPS\t: 50.00\n"), "no model name")
 	require.Empty(t, cpuNameOf(""))
 }
+
+// bench-targets holds each bandwidth run's CPU a GiB against TCP's from
+// the same run; a run that lacks either figure is left out, not counted
+// as free.
+func TestCPUPerGiBRatiosComeFromEachRun(t *testing.T) {
+	runs := [][]point{
+		{{Test: "stream_bw", Provider: "udp", CPUPerGiB: 0.9}, {Test: "stream_bw", Provider: "tcp", CPUPerGiB: 0.3}},
+		{{Test: "stream_bw", Provider: "udp", CPUPerGiB: 0.8}, {Test: "stream_bw", Provider: "tcp"}},
+		{{Test: "stream_bw", Provider: "udp", CPUPerGiB: 0.5}, {Test: "stream_bw", Provider: "tcp", CPUPerGiB: 0.25}},
+		{},
+	}
+	ratios, ours, tcps := cpuPerGiB(runs)
+	require.Len(t, ratios, 2)
+	require.InDelta(t, 3.0, ratios[0], 1e-9)
+	require.InDelta(t, 2.0, ratios[1], 1e-9)
+	require.Equal(t, []string{"0.90", "0.50"}, ours)
+	require.Equal(t, []string{"0.30", "0.25"}, tcps)
+}
