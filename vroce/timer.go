@@ -14,8 +14,9 @@ import (
 // the retransmission timer is one store, not a heap operation.
 //
 // A QP that goes idle drops its entry (unschedule), which then stays in
-// the heap and is skipped when it comes up: the timer goroutine still
-// wakes for it, once per probe timeout, but no longer looks at the QP. On
+// the heap and is skipped when it comes up, or popped when a deadline is
+// pushed while it is on top: the timer goroutine still wakes for it,
+// once per probe timeout, but no longer looks at the QP. On
 // a clean path that timeout is at least 1 ms (quietProbeFloor), so a
 // ping-pong pays one wakeup per millisecond, not one every other message.
 // Removing the entry and moving the clock on instead (tried) costs a
@@ -93,6 +94,10 @@ func (t *timerQueue) scheduleLocked(pending *atomic.Int64, e timerEntry) {
 		return
 	}
 	pending.Store(e.at)
+	// A ping-pong's last probe, dropped by its ACK, is on top: popped
+	// now, the heap stays a deadline or two deep, where the timer
+	// goroutine sifted fifty dead ones a millisecond.
+	t.dropStaleLocked()
 	t.h.Push(e)
 	if e.at < t.armed {
 		t.armed = e.at

@@ -61,3 +61,26 @@ func TestTimerArmsPastDroppedEntries(t *testing.T) {
 	q.dropStaleLocked()
 	assert.Equal(t, int64(1100), q.h.Min().at)
 }
+
+// A ping-pong's probe entries, each dropped by its message's ACK, are
+// popped as the next message arms its own: the heap holds the live
+// deadline and no backlog of dead ones for the timer goroutine to sift
+// (on the bench's clean path those fire a millisecond apart, fifty
+// messages or more).
+func TestAPingPongLeavesNoDeadProbesInTheHeap(t *testing.T) {
+	rb := newRequesterBench(t)
+	qp, d := rb.qp, rb.qp.dev
+	psn := uint32(benchSQPSN)
+	for i := range int64(100) {
+		rb.write(t, 64, t0+i*20_000)
+		require.Len(t, rb.sink.take(), 1)
+		rb.ack(ackThrough(psn), t0+i*20_000+10_000)
+		psn = psnAdd(psn, 1)
+	}
+	rb.write(t, 64, t0+100*20_000)
+	d.timers.mu.Lock()
+	held := d.timers.h.Len()
+	d.timers.mu.Unlock()
+	assert.LessOrEqual(t, held, 2, "the live probe (and the turn's lease, if armed), not a hundred dead ones")
+	assert.NotZero(t, qp.timerAt.Load(), "the last message's probe is live")
+}
