@@ -63,17 +63,22 @@ struct reg {
 	struct epoll_event ev;
 };
 
+/* Two locks, never held together. ctlmu is held across a round trip to
+ * the daemon, which for a blocking connect lasts the whole dial; mu only
+ * over the table's updates, so that one thread's connect does not stop
+ * every other thread's close, dup or epoll_ctl while it dials. */
 static struct {
-	pthread_mutex_t mu; /* guards everything below */
+	pthread_mutex_t ctlmu; /* guards ctl and pid, and pairs a request with its reply */
+	pthread_mutex_t mu;    /* guards fds and regs */
 	char addr[108];
 	socklen_t addrlen;
 	int enabled, nofallback;
-	int ctl;   /* the control socket, -1 when none */
+	int ctl;   /* the control socket, -1 when none; read unlocked by close and dup */
 	pid_t pid; /* the process ctl belongs to: a child dials its own */
 	struct fdinfo *fds;
 	struct reg *regs;
 	int nregs, capregs;
-} st = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, 0, 0, -1, 0, NULL, NULL, 0, 0};
+} st = {.ctlmu = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER, .ctl = -1};
 
 static int (*real_connect)(int, const struct sockaddr *, socklen_t);
 static int (*real_listen)(int, int);
@@ -162,13 +167,13 @@ static socklen_t get_addr(const unsigned char *b, struct sockaddr_storage *ss) {
 }
 
 /* The control socket of this process, dialled on first use (and again in
- * a child after fork). Called with st.mu held. */
+ * a child after fork). Called with st.ctlmu held. */
 static int control(void) {
 	pid_t pid = (pid_t)syscall(SYS_getpid);
 	if (st.ctl >= 0 && st.pid == pid)
 		return st.ctl;
 	if (st.ctl >= 0) /* the parent's: leave it to the parent */
-		st.ctl = -1;
+		__atomic_store_n(&st.ctl, -1, __ATOMIC_RELAXED);
 	int s = (int)syscall(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -1;
@@ -180,7 +185,7 @@ static int control(void) {
 		syscall(SYS_close, s);
 		return -1;
 	}
-	st.ctl = s;
+	__atomic_store_n(&st.ctl, s, __ATOMIC_RELAXED);
 	st.pid = pid;
 	unsigned char m[MSG_SIZE];
 	memset(m, 0, sizeof m);
@@ -215,7 +220,7 @@ static long recv_fd(int s, void *buf, size_t len, int flags, int *got) {
 
 /* One request and its reply of rlen bytes, with at most one descriptor
  * each way. Returns the reply length, or -1 when the daemon is
- * unreachable. */
+ * unreachable. Called with st.ctlmu held (ask). */
 static int request_n(unsigned char *m, int give, unsigned char *reply, size_t rlen, int *got) {
 	*got = -1;
 	int s = control();
@@ -257,12 +262,21 @@ static int request_n(unsigned char *m, int give, unsigned char *reply, size_t rl
 	return (int)n;
 gone:
 	syscall(SYS_close, s);
-	st.ctl = -1;
+	__atomic_store_n(&st.ctl, -1, __ATOMIC_RELAXED);
 	return -1;
 }
 
-static int request(unsigned char *m, int give, unsigned char *reply, int *got) {
-	return request_n(m, give, reply, MSG_SIZE, got);
+/* ask is request_n under st.ctlmu: one round trip at a time on the
+ * control socket, whatever else the process does meanwhile. */
+static int ask_n(unsigned char *m, int give, unsigned char *reply, size_t rlen, int *got) {
+	pthread_mutex_lock(&st.ctlmu);
+	int n = request_n(m, give, reply, rlen, got);
+	pthread_mutex_unlock(&st.ctlmu);
+	return n;
+}
+
+static int ask(unsigned char *m, int give, unsigned char *reply, int *got) {
+	return ask_n(m, give, reply, MSG_SIZE, got);
 }
 
 /* stream_op asks the daemon something of the stream with ID id; the
@@ -274,9 +288,7 @@ static int stream_op(uint32_t op, uint32_t id, unsigned char *extra, size_t next
 	put32(m + 4, op);
 	put32(m + 12, id);
 	int nfd;
-	pthread_mutex_lock(&st.mu);
-	int n = request_n(m, -1, r, MSG_SIZE + nextra, &nfd);
-	pthread_mutex_unlock(&st.mu);
+	int n = ask_n(m, -1, r, MSG_SIZE + nextra, &nfd);
 	if (nfd >= 0)
 		syscall(SYS_close, nfd);
 	if (n < 0)
@@ -325,6 +337,17 @@ static void ensure_table(void) {
 		st.fds = calloc(MAX_FDS, sizeof *st.fds);
 }
 
+/* Around a fork, so that the child inherits no lock another thread held:
+ * mu, held only over table updates, is taken for the fork itself; ctlmu,
+ * which a thread may hold for a whole dial, is made anew in the child,
+ * which dials a control socket of its own on first use anyway. */
+static void fork_prepare(void) { pthread_mutex_lock(&st.mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&st.mu); }
+static void fork_child(void) {
+	pthread_mutex_unlock(&st.mu);
+	pthread_mutex_init(&st.ctlmu, NULL);
+}
+
 __attribute__((constructor)) static void init(void) {
 	resolve();
 	const char *a = getenv("VROCED_ADDR");
@@ -338,44 +361,48 @@ __attribute__((constructor)) static void init(void) {
 	st.enabled = 1;
 	pthread_mutex_lock(&st.mu);
 	ensure_table();
-	control(); /* hello: vroce-run can tell the program was interposed */
 	pthread_mutex_unlock(&st.mu);
+	pthread_mutex_lock(&st.ctlmu);
+	control(); /* hello: vroce-run can tell the program was interposed */
+	pthread_mutex_unlock(&st.ctlmu);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-/* settle waits for the outcome of the non-blocking connect fd is waiting
- * for and returns its errno (0: connected); fd is then a stream (whose
- * placeholder the daemon closed if it failed). Called with st.mu held. */
-static int settle(int fd, struct fdinfo *fi) {
-	unsigned char m[MSG_SIZE], r[MSG_SIZE];
-	memset(m, 0, sizeof m);
-	put32(m, MAGIC);
-	put32(m + 4, OP_RESULT);
-	put32(m + 12, fi->id);
-	int nfd, err;
-	if (request(m, -1, r, &nfd) < 0)
-		err = ECONNABORTED; /* the daemon is gone, and the bridge with it */
-	else
-		err = (int)get32(r + 8);
-	if (nfd >= 0)
-		syscall(SYS_close, nfd);
-	(void)fd;
-	fi->kind = K_STREAM;
-	fi->llen = fi->plen = 0;
-	if (err == 0 && r[16] | r[17]) {
-		fi->llen = get_addr(r + 16, &fi->local);
-		fi->plen = get_addr(r + 40, &fi->peer);
-	}
-	return err;
-}
-
-/* settled is settle for the interposed calls that need the outcome:
- * 0 for a descriptor with no connect pending. */
+/* settled waits for the outcome of the non-blocking connect fd is
+ * waiting for, if one is, and returns its errno (0: connected, or none
+ * pending); fd is then a stream (whose placeholder the daemon closed if
+ * it failed). The wait holds no lock on the table. */
 static int settled(int fd) {
 	struct fdinfo *fi = info(fd);
 	if (fi == NULL || fi->kind != K_PENDING)
 		return 0;
 	pthread_mutex_lock(&st.mu);
-	int err = fi->kind == K_PENDING ? settle(fd, fi) : 0;
+	int pending = fi->kind == K_PENDING;
+	uint32_t id = fi->id;
+	pthread_mutex_unlock(&st.mu);
+	if (!pending)
+		return 0;
+	unsigned char m[MSG_SIZE], r[MSG_SIZE];
+	memset(m, 0, sizeof m);
+	put32(m, MAGIC);
+	put32(m + 4, OP_RESULT);
+	put32(m + 12, id);
+	int nfd, err;
+	if (ask(m, -1, r, &nfd) < 0)
+		err = ECONNABORTED; /* the daemon is gone, and the bridge with it */
+	else
+		err = (int)get32(r + 8);
+	if (nfd >= 0)
+		syscall(SYS_close, nfd);
+	pthread_mutex_lock(&st.mu);
+	if (fi->kind == K_PENDING && fi->id == id) { /* not settled by another thread meanwhile */
+		fi->kind = K_STREAM;
+		fi->llen = fi->plen = 0;
+		if (err == 0 && (r[16] | r[17])) {
+			fi->llen = get_addr(r + 16, &fi->local);
+			fi->plen = get_addr(r + 40, &fi->peer);
+		}
+	}
 	pthread_mutex_unlock(&st.mu);
 	return err;
 }
@@ -404,11 +431,9 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len) {
 	put32(m + 4, OP_CONNECT);
 	put32(m + 12, async ? FLAG_ASYNC : 0);
 	put_addr(m + 40, sa);
-	pthread_mutex_lock(&st.mu);
 	int nfd;
-	int n = request(m, fd, r, &nfd);
+	int n = ask(m, fd, r, &nfd);
 	if (n < 0) {
-		pthread_mutex_unlock(&st.mu);
 		if (st.nofallback) {
 			errno = ECONNREFUSED;
 			return -1;
@@ -421,14 +446,12 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len) {
 	if (err != 0) {
 		if (nfd >= 0)
 			syscall(SYS_close, nfd);
-		pthread_mutex_unlock(&st.mu);
 		errno = err;
 		return -1;
 	}
-	if (nfd < 0 || !(get32(r + 12) & FLAG_SWAP)) {
-		pthread_mutex_unlock(&st.mu);
+	if (nfd < 0 || !(get32(r + 12) & FLAG_SWAP))
 		return 0; /* the peer is plain TCP: the program's socket, connected */
-	}
+	pthread_mutex_lock(&st.mu);
 	int rc = swap_in(fd, nfd, flflags, fdflags);
 	struct fdinfo *fi = info(fd);
 	if (rc >= 0 && fi) {
@@ -467,9 +490,8 @@ int listen(int fd, int backlog) {
 	put32(m, MAGIC);
 	put32(m + 4, OP_LISTEN);
 	put32(m + 12, (uint32_t)backlog);
-	pthread_mutex_lock(&st.mu);
 	int nfd;
-	int n = request(m, fd, r, &nfd);
+	int n = ask(m, fd, r, &nfd);
 	if (n < 0 || get32(r + 8) != 0 || nfd < 0) {
 		/* The daemon would not take it: the program keeps its socket,
 		 * with the file status flags the daemon shared, and listens.
@@ -478,9 +500,9 @@ int listen(int fd, int backlog) {
 		fcntl(fd, F_SETFL, flflags);
 		if (nfd >= 0)
 			syscall(SYS_close, nfd);
-		pthread_mutex_unlock(&st.mu);
 		return real_listen(fd, backlog);
 	}
+	pthread_mutex_lock(&st.mu);
 	struct sockaddr_storage local;
 	socklen_t llen = get_addr(r + 16, &local);
 	if (swap_in(fd, nfd, flflags, fdflags) >= 0) {
@@ -687,6 +709,18 @@ static void unlisten(int fd) {
 	}
 }
 
+/* lose_ctl forgets the control socket when the program has closed fd
+ * (or put another file there) and fd was it. It waits for a round trip
+ * in flight only then: a close of any other descriptor does not. */
+static void lose_ctl(int fd) {
+	if (fd != __atomic_load_n(&st.ctl, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&st.ctlmu);
+	if (fd == st.ctl)
+		__atomic_store_n(&st.ctl, -1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&st.ctlmu);
+}
+
 int close(int fd) {
 	need();
 	struct fdinfo *fi = info(fd);
@@ -696,9 +730,8 @@ int close(int fd) {
 	if (st.enabled && fi && fi->kind == K_LISTENER && fi->owner == (pid_t)syscall(SYS_getpid))
 		unlisten(fd);
 	if (st.enabled) {
+		lose_ctl(fd); /* a program that closes every descriptor */
 		pthread_mutex_lock(&st.mu);
-		if (fd == st.ctl) /* a program that closes every descriptor */
-			st.ctl = -1;
 		forget(fd);
 		pthread_mutex_unlock(&st.mu);
 	}
@@ -719,9 +752,8 @@ static void copy_info(int from, int to) {
  * has just replaced. */
 static int duped(int rc, int from, int to) {
 	if (rc >= 0 && st.enabled && from != to) {
+		lose_ctl(to);
 		pthread_mutex_lock(&st.mu);
-		if (to == st.ctl)
-			st.ctl = -1;
 		forget(to);
 		copy_info(from, to);
 		pthread_mutex_unlock(&st.mu);
