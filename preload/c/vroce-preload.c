@@ -10,8 +10,10 @@
  *
  * No Go runtime in here: it would not survive the program's fork. Real
  * calls come from dlsym(RTLD_NEXT); the control socket is driven with raw
- * syscalls. Nothing here blocks in a signal handler: only connect and
- * listen talk to the daemon, and only outside them.
+ * syscalls. Nothing here blocks in a signal handler: only connect,
+ * listen, and the socket options and names of a swapped descriptor
+ * (a pending connect's outcome, SO_LINGER, TCP_INFO) talk to the
+ * daemon, and only outside them.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
