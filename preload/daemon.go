@@ -274,7 +274,7 @@ func (d *Daemon) handle(m message, fds []int, s *session) (message, int, []byte)
 		}
 		return reply, -1, encodeInfo(c.Info())
 	case opListen:
-		return d.listen(fds[0], int(int32(m.flags)))
+		return d.listen(fds[0])
 	}
 	return reply, -1, nil
 }
@@ -460,21 +460,12 @@ func (d *Daemon) dial(fd int, peer netip.AddrPort) (net.Conn, error) {
 }
 
 // listen serves fd, the socket the program calls listen on, with rsock
-// and returns the accept queue's other end. rsock listens on a bound
-// socket only once its vRoCE service answers probes, so a client that
-// finds the port open (one that polls for it, say) is not sent to TCP.
-// A socket not bound yet listens first, with the program's backlog, to
-// learn its port: nobody can know that port before listen returns. A
+// and returns the accept queue's other end. rsock listens on it only once
+// its vRoCE service answers probes (ListenConfig.Serve), so a client that
+// finds the port open (one that polls for it, say) is not sent to TCP. A
 // socket the daemon does not take is left to the program to listen on.
-func (d *Daemon) listen(fd, backlog int) (message, int, []byte) {
+func (d *Daemon) listen(fd int) (message, int, []byte) {
 	reply := message{op: opListen}
-	if unbound(fd) {
-		if err := unix.Listen(fd, backlog); err != nil {
-			unix.Close(fd)
-			reply.errno = int32(errnoOf(err))
-			return reply, -1, nil
-		}
-	}
 	f := os.NewFile(uintptr(fd), "program-listener")
 	l, err := net.FileListener(f)
 	f.Close()
@@ -513,19 +504,8 @@ func (d *Daemon) listen(fd, backlog int) (message, int, []byte) {
 		defer d.release()
 		d.serveAcceptQueue(rl, ours)
 	}()
-	reply.flags, reply.local = flagSwap, local
+	reply.flags, reply.local = flagSwap, addrOf(rl.Addr()) // an unbound socket's port is Serve's to give
 	return reply, theirs, nil
-}
-
-// unbound says whether socket fd has no port yet.
-func unbound(fd int) bool {
-	switch sa, _ := unix.Getsockname(fd); a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return a.Port == 0
-	case *unix.SockaddrInet6:
-		return a.Port == 0
-	}
-	return false
 }
 
 // serveAcceptQueue passes each accepted connection to the program until

@@ -39,8 +39,8 @@ const (
 	opHello   = 1 // flags: the process's pid; no reply
 	opConnect = 2 // peer: where to; one descriptor: the socket
 	// opListen: one descriptor, a TCP socket the program calls listen
-	// on, not listening yet; flags: listen's backlog. The daemon listens
-	// on it (the interposer does when the daemon will not).
+	// on, not listening yet. The daemon listens on it (the interposer
+	// does when the daemon will not).
 	opListen = 3
 	opStats  = 4 // reply: the counters
 	// opResult asks how a non-blocking connect ended (flags: its ID);

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -166,14 +167,17 @@ func TestDialOverConnectProbesBeforeItConnects(t *testing.T) {
 	settle(t)
 }
 
-// boundSocket is a TCP socket bound to a free loopback port and not
-// listening, as a program's is when it calls listen.
-func boundSocket(t *testing.T) *net.TCPListener {
+// unlistenedSocket is a TCP socket not listening, as a program's is when
+// it calls listen: bound to a free loopback port if bind is set, else
+// with no port yet.
+func unlistenedSocket(t *testing.T, bind bool) *net.TCPListener {
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	require.NoError(t, err)
-	f := os.NewFile(uintptr(fd), "bound")
+	f := os.NewFile(uintptr(fd), "unlistened")
 	defer f.Close()
-	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	if bind {
+		require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	}
 	ln, err := net.FileListener(f)
 	require.NoError(t, err)
 	return ln.(*net.TCPListener)
@@ -184,7 +188,7 @@ func boundSocket(t *testing.T) *net.TCPListener {
 // not listening (a connect is refused), and where it can, the first
 // client that finds the port open gets a stream.
 func TestServeListensOnlyOnceTheServiceAnswers(t *testing.T) {
-	ln := boundSocket(t)
+	ln := unlistenedSocket(t, true)
 	defer ln.Close()
 	addr := ln.Addr().(*net.TCPAddr)
 	twin, err := net.ListenUDP("udp", &net.UDPAddr{IP: addr.IP, Port: addr.Port})
@@ -207,6 +211,28 @@ func TestServeListensOnlyOnceTheServiceAnswers(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, roundTrip(plain, payload(6, 10<<10)), "a plain TCP client on the same port")
 	plain.Close()
+	l.Close()
+	served.Wait()
+	settle(t)
+}
+
+// A socket with no port yet is given one by listening first (nobody can
+// know it before Serve returns), and the device opens on that port: the
+// listener's address is the one the kernel chose, and a dialer that may
+// not fall back gets a stream there.
+func TestServeAnUnboundSocketListensFirstForItsPort(t *testing.T) {
+	ln := unlistenedSocket(t, false)
+	defer ln.Close()
+	l, err := (&ListenConfig{}).Serve(ln)
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NotZero(t, port, "the port listen gave the socket")
+	served := echoServer(t, l)
+	c, err := (&Dialer{NoFallback: true, Timeout: 10 * time.Second}).Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	require.NoError(t, err)
+	assert.Equal(t, "vroce", transport(c))
+	require.NoError(t, roundTrip(c, payload(8, 64<<10)))
+	c.Close()
 	l.Close()
 	served.Wait()
 	settle(t)

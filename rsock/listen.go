@@ -137,12 +137,13 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 // from here on: closing it closes ln. On an error ln stays the caller's,
 // open, to serve plain TCP itself if it likes.
 //
-// ln may be bound and not yet listening (a program's socket handed over
-// at its listen call). Serve then listens on it only once the service
-// answers probes, so that a client that finds the TCP port open is never
-// told that no vRoCE service is there; the backlog is the system's
-// maximum, as net.Listen's. On an error such an ln is left not
-// listening.
+// ln may also not be listening yet (a program's socket handed over at
+// its listen call), with the system's maximum backlog as net.Listen's:
+// Serve listens on a bound one only once the service answers probes, so
+// that a client that finds the TCP port open is never told that no vRoCE
+// service is there, and on an error leaves it not listening. One with no
+// port yet listens first, to be given one, which nobody can know before
+// Serve returns.
 func (lc *ListenConfig) Serve(ln *net.TCPListener) (net.Listener, error) {
 	addr := ln.Addr().(*net.TCPAddr)
 	opErr := func(err error) error { return &net.OpError{Op: "listen", Net: "tcp", Addr: addr, Err: err} }
@@ -152,6 +153,15 @@ func (lc *ListenConfig) Serve(ln *net.TCPListener) (net.Listener, error) {
 	listening, err := isListening(ln)
 	if err != nil {
 		return nil, opErr(err)
+	}
+	if !listening && addr.Port == 0 {
+		if err := listenTCPSocket(ln); err != nil {
+			return nil, opErr(err)
+		}
+		if addr, err = boundAddr(ln); err != nil { // ln.Addr() still says port 0
+			return nil, opErr(err)
+		}
+		listening = true
 	}
 	l := lc.newListener("tcp")
 	l.tcp, l.addr = ln, addr
@@ -242,36 +252,58 @@ func (lc *ListenConfig) stackConfig(host, port string, backlog int) stackConfig 
 	return c
 }
 
-// isListening says whether ln's socket listens already.
-func isListening(ln *net.TCPListener) (bool, error) {
+// onSocket runs f on ln's socket.
+func onSocket(ln *net.TCPListener, f func(fd int) error) error {
 	rc, err := ln.SyscallConn()
 	if err != nil {
-		return false, err
+		return err
 	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// isListening says whether ln's socket listens already.
+func isListening(ln *net.TCPListener) (bool, error) {
 	var v int
-	var soErr error
-	if err := rc.Control(func(fd uintptr) { v, soErr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_ACCEPTCONN) }); err != nil {
-		return false, err
-	}
-	return v != 0, soErr
+	err := onSocket(ln, func(fd int) (err error) {
+		v, err = syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_ACCEPTCONN)
+		return os.NewSyscallError("getsockopt", err)
+	})
+	return v != 0, err
 }
 
 // listenTCPSocket listens on ln's socket with the largest backlog the
 // system allows: the kernel cuts any larger one to net.core.somaxconn,
 // which net.Listen uses too.
 func listenTCPSocket(ln *net.TCPListener) error {
-	rc, err := ln.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var lerr error
-	if err := rc.Control(func(fd uintptr) { lerr = syscall.Listen(int(fd), math.MaxInt32) }); err != nil {
-		return err
-	}
-	if lerr != nil {
-		return os.NewSyscallError("listen", lerr)
-	}
-	return nil
+	return onSocket(ln, func(fd int) error { return os.NewSyscallError("listen", syscall.Listen(fd, math.MaxInt32)) })
+}
+
+// boundAddr is the address ln's socket is bound to now.
+func boundAddr(ln *net.TCPListener) (*net.TCPAddr, error) {
+	var addr *net.TCPAddr
+	err := onSocket(ln, func(fd int) error {
+		sa, err := syscall.Getsockname(fd)
+		switch a := sa.(type) {
+		case *syscall.SockaddrInet4:
+			addr = &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
+		case *syscall.SockaddrInet6:
+			addr = &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}
+			if a.ZoneId != 0 {
+				if ifi, ierr := net.InterfaceByIndex(int(a.ZoneId)); ierr == nil {
+					addr.Zone = ifi.Name
+				}
+			}
+		case nil:
+		default:
+			return fmt.Errorf("rsock: a TCP listener bound to %T", sa)
+		}
+		return os.NewSyscallError("getsockname", err)
+	})
+	return addr, err
 }
 
 // listenTCP opens the device and the TCP port on the same port number.

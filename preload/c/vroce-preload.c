@@ -491,7 +491,6 @@ int listen(int fd, int backlog) {
 	memset(m, 0, sizeof m);
 	put32(m, MAGIC);
 	put32(m + 4, OP_LISTEN);
-	put32(m + 12, (uint32_t)backlog);
 	int nfd;
 	int n = ask(m, fd, r, &nfd);
 	if (n < 0 || get32(r + 8) != 0 || nfd < 0) {
