@@ -367,15 +367,12 @@ func runTarget(w io.Writer, l *link, perf string, runs int, t target) error {
 // process, the sender of a _bw test. A run lacking either is left out.
 func cpuPerGiB(pts [][]point) (ratios []float64, ours, tcps []string) {
 	for _, run := range pts {
-		if len(run) == 0 {
+		v, k, ok := pointsOf(run)
+		if !ok || v.CPUPerGiB <= 0 || k.CPUPerGiB <= 0 {
 			continue
 		}
-		v, k := byProvider(run, run[0].Test)
-		if len(v) == 0 || len(k) == 0 || v[0].CPUPerGiB <= 0 || k[0].CPUPerGiB <= 0 {
-			continue
-		}
-		ratios = append(ratios, v[0].CPUPerGiB/k[0].CPUPerGiB)
-		ours, tcps = append(ours, fmt.Sprintf("%.2f", v[0].CPUPerGiB)), append(tcps, fmt.Sprintf("%.2f", k[0].CPUPerGiB))
+		ratios = append(ratios, v.CPUPerGiB/k.CPUPerGiB)
+		ours, tcps = append(ours, fmt.Sprintf("%.2f", v.CPUPerGiB)), append(tcps, fmt.Sprintf("%.2f", k.CPUPerGiB))
 	}
 	return ratios, ours, tcps
 }
@@ -416,14 +413,21 @@ func ratio(run []point) float64 {
 // figuresOf is one run's vRoCE figure and TCP's; false when the run
 // lacks one of them.
 func figuresOf(run []point) (vroce, tcp float64, ok bool) {
+	v, k, ok := pointsOf(run)
+	return v.figure(), k.figure(), ok
+}
+
+// pointsOf is one run's vRoCE result and TCP's; false when the run lacks
+// one of them.
+func pointsOf(run []point) (vroce, tcp point, ok bool) {
 	if len(run) == 0 {
-		return 0, 0, false
+		return point{}, point{}, false
 	}
 	v, k := byProvider(run, run[0].Test)
 	if len(v) == 0 || len(k) == 0 {
-		return 0, 0, false
+		return point{}, point{}, false
 	}
-	return v[0].figure(), k[0].figure(), true
+	return v[0], k[0], true
 }
 
 // isLatency reports whether test measures latency, not bandwidth.
