@@ -34,8 +34,9 @@
 // dialer that finds it open is not told that no vRoCE service is there.
 //
 // A program's own sockets can be handed in: ListenConfig.Serve serves an
-// open *net.TCPListener as Listen serves its own port (one bound and not
-// yet listening, it listens on last, as Listen does), and Dialer.DialOver
+// open *net.TCPListener as Listen serves its own port (one not yet
+// listening, it listens on last if bound, as Listen does, and first if
+// not, to be given a port), and Dialer.DialOver
 // makes a stream of an established *net.TCPConn (or keeps it as the
 // connection, for a peer that does not speak vRoCE); vroce-run's daemon is
 // meant to use both.
