@@ -259,13 +259,17 @@ func (qp *QP) toErrorLocked() {
 		return
 	}
 	wasReset := qp.state == QPSReset
-	if qp.resp.ackPending && qp.typ == RC && !wasReset {
-		// An ACK owed for requests already executed leaves now: their
-		// completions may have been acted on (a disconnect, whose DREQ
-		// would otherwise overtake the ACK owed to the end of the receive
-		// batch), and a requester that never hears of them flushes work
-		// the peer did. A hardware responder's ACK leaves before the
-		// completion is seen.
+	if r := &qp.resp; (r.ackPending || r.acked) && qp.typ == RC && !wasReset {
+		// The ACK for requests already executed leaves now, owed or not:
+		// their completions may have been acted on (a disconnect, whose
+		// DREQ would otherwise overtake the ACK owed to the end of the
+		// receive batch; a device's close, which would otherwise lose
+		// the ACK a receive batch has queued but not yet sent), and a
+		// requester that never hears of them flushes or retries work the
+		// peer did. A hardware responder's ACK leaves before the
+		// completion is seen. An ACK the peer had already is a duplicate
+		// it ignores.
+		r.ackPending = true
 		b := qp.dev.getBatch()
 		qp.sendOwedAckLocked(b)
 		qp.dev.transmit(b)

@@ -40,8 +40,11 @@ type responder struct {
 	ackPending bool   // a coalesced ACK is owed
 	ackOwedAt  int64  // device time it became owed (owesAck)
 	ackedPSN   uint32 // the PSN the last ACK that left acknowledged through
-	asked      int    // requests for an ACK the owed one answers (ackRequested)
-	ackQueued  bool   // the QP is on the receive batch's ACK list
+	// acked: an ACK (or a piggybacked one) has gone into a send batch
+	// since the QP was connected, which toErrorLocked sends again.
+	acked     bool
+	asked     int  // requests for an ACK the owed one answers (ackRequested)
+	ackQueued bool // the QP is on the receive batch's ACK list
 	// replies predicts that the program answers what this QP receives
 	// before it waits again, so that a waiter holding the receive turn
 	// may leave the ACK for the answer to carry (receiveTurn), as TCP's
@@ -584,7 +587,7 @@ func (qp *QP) sendOwedAckLocked(out *txBatch) {
 		if r.asked >= ackCopiesFrom {
 			copies = 2 // ackRequested says why
 		}
-		r.ackPending, r.asked = false, 0
+		r.ackPending, r.asked, r.acked = false, 0, true
 		a := r.owed()
 		r.ackedPSN = a.psn
 		for range copies {
@@ -606,7 +609,7 @@ func (r *responder) piggyback(qp *QP, p *wire.Packet, here bool) {
 	if !here || !r.ackPending || !qp.attr.PiggybackACK || r.sr && r.heldN > 0 || r.dupOwed || r.readsWaiting() || !p.BTH.Opcode.CanCarryPiggyACK() {
 		return
 	}
-	r.ackPending, r.asked = false, 0
+	r.ackPending, r.asked, r.acked = false, 0, true
 	a := r.owed()
 	r.ackedPSN = a.psn
 	p.BTH.PiggyACK = true

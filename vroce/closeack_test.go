@@ -1,0 +1,84 @@
+package vroce
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"vroce.dev/vroce/wire"
+)
+
+// ackStallPipe is a pipeProvider whose first ACK stops in Send until the
+// device closes the provider, and is then lost: the ACK a receive batch
+// had put in its send batch when the program, seeing the completion,
+// closed the device.
+type ackStallPipe struct {
+	*pipeProvider
+	once    sync.Once
+	held    chan struct{} // closed when the first ACK reaches Send
+	closing chan struct{} // closed by Close
+	stop    sync.Once
+}
+
+func (p *ackStallPipe) Send(pkts []Packet) error {
+	for _, pk := range pkts {
+		var w wire.Packet
+		if wire.Parse(&w, pk.AppendTo(nil)) != nil || w.BTH.Opcode != wire.RCAcknowledge {
+			continue
+		}
+		first := false
+		p.once.Do(func() { first = true })
+		if first {
+			close(p.held)
+			<-p.closing
+			return net.ErrClosed
+		}
+	}
+	return p.pipeProvider.Send(pkts)
+}
+
+func (p *ackStallPipe) Close() error {
+	p.stop.Do(func() { close(p.closing) })
+	return p.pipeProvider.Close()
+}
+
+// A device closed once its program has seen a message arrive still
+// acknowledges it, although the ACK its receive batch had queued never
+// leaves: the sender completes the SEND instead of retrying it against a
+// closed device until it fails.
+func TestClosingAfterAReceiveStillAcknowledgesIt(t *testing.T) {
+	var stall *ackStallPipe
+	a, b := pipeQPsWith(t, func(p *pipeProvider) Provider {
+		if p.addr.Addr().String() != "127.0.0.2" {
+			return p
+		}
+		stall = &ackStallPipe{pipeProvider: p, held: make(chan struct{}), closing: make(chan struct{})}
+		return stall
+	})
+	require.NoError(t, b.qp.PostRecv(RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, 64)}}))
+	require.NoError(t, a.qp.PostSend(SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}}))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]WorkCompletion, 1)
+	n, err := b.cq.PollWait(ctx, wc)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, WCSuccess, wc[0].Status, "the receive")
+	select {
+	case <-stall.held:
+	case <-ctx.Done():
+		t.Fatal("the receiver sent no ACK")
+	}
+	require.NoError(t, b.dev.Close())
+
+	n, err = a.cq.PollWait(ctx, wc)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, uint64(2), wc[0].ID)
+	require.Equal(t, WCSuccess, wc[0].Status, "the SEND the closed device had received")
+}
