@@ -213,8 +213,14 @@ func (f Flow) Seal(pkt []byte) bool {
 // packet's ICRC. Its methods are Flow's; one goroutine at a time uses it.
 type Sealer struct {
 	Flow Flow
-	lens [2]int    // the packet lengths crcs are for, the latest first; 0 for none
-	crcs [2]uint32 // headersCRC for packets of those lengths
+	// UDPChecksum leaves the flow's integrity to its UDP checksum, as two
+	// vRoCE ends whose providers verify it agreed (vroce.QPAttr
+	// UDPChecksum): a packet goes with zeros where its ICRC would be, and
+	// every check passes (its copy still happens). The ICRC stays as
+	// RoCEv2 lays it out, so that decoders still read the packet.
+	UDPChecksum bool
+	lens        [2]int    // the packet lengths crcs are for, the latest first; 0 for none
+	crcs        [2]uint32 // headersCRC for packets of those lengths
 	// unshift, for those lengths, moves a CRC difference back over the
 	// bytes after the IPv4 ID (CheckUnknownID); 0 until first needed.
 	unshift [2]uint32
@@ -257,6 +263,10 @@ func (s *Sealer) SealSplit(head, body, tail []byte) bool {
 	if len(head) < BTHLen || len(tail) < ICRCLen {
 		return false
 	}
+	if s.UDPChecksum {
+		clear(tail[len(tail)-ICRCLen:])
+		return true
+	}
 	crc, ok := s.headers(len(head) + len(body) + len(tail))
 	if ok {
 		crc = icrcFrom(crc, head, body, tail[:len(tail)-ICRCLen])
@@ -271,6 +281,11 @@ func (s *Sealer) SealSplit(head, body, tail []byte) bool {
 func (s *Sealer) SealCopy(head, dst, src, tail []byte) bool {
 	if len(head) < BTHLen || len(tail) < ICRCLen || len(dst) < len(src) {
 		return false
+	}
+	if s.UDPChecksum {
+		copy(dst, src)
+		clear(tail[len(tail)-ICRCLen:])
+		return true
 	}
 	crc, ok := s.headers(len(head) + len(src) + len(tail))
 	if ok {
@@ -287,6 +302,9 @@ func (s *Sealer) Check(pkt []byte) bool {
 	if len(pkt) < BTHLen+ICRCLen {
 		return false
 	}
+	if s.UDPChecksum {
+		return true
+	}
 	crc, ok := s.headers(len(pkt))
 	return ok && binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]) == icrcFrom(crc, pkt[:len(pkt)-ICRCLen], nil, nil)
 }
@@ -301,6 +319,10 @@ func (s *Sealer) Check(pkt []byte) bool {
 func (s *Sealer) CheckCopy(pkt []byte, at int, dst []byte, unknownID bool) bool {
 	if at < BTHLen || at+len(dst) > len(pkt)-ICRCLen {
 		return false
+	}
+	if s.UDPChecksum {
+		copy(dst, pkt[at:])
+		return true
 	}
 	crc, ok := s.headers(len(pkt))
 	if !ok {

@@ -205,3 +205,42 @@ func BenchmarkSealCopy(b *testing.B) {
 		})
 	}
 }
+
+// A Sealer told the flow's UDP checksum guards it (UDPChecksum) writes
+// zeros where the ICRC goes, however the packet is built, and its checks
+// take any ICRC while still copying the payload; the same Sealer without
+// it seals and refuses as always (the control).
+func TestSealerLeavesTheICRCToTheUDPChecksum(t *testing.T) {
+	f := wire.Flow{Src: netip.MustParseAddrPort("10.0.0.1:4791"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")}
+	const h, n = wire.BTHLen, 100
+	payload := bytes.Repeat([]byte{0xa5}, n)
+	for _, skip := range []bool{false, true} {
+		s := wire.Sealer{Flow: f, UDPChecksum: skip}
+		whole := append(append(make([]byte, h), payload...), 0xff, 0xff, 0xff, 0xff)
+		require.True(t, s.Seal(whole))
+		tail := []byte{0xff, 0xff, 0xff, 0xff}
+		require.True(t, s.SealSplit(whole[:h], payload, tail))
+		dst := make([]byte, n)
+		tail2 := []byte{0xff, 0xff, 0xff, 0xff}
+		require.True(t, s.SealCopy(whole[:h], dst, payload, tail2))
+		require.Equal(t, payload, dst, "SealCopy copies")
+		icrc := whole[len(whole)-wire.ICRCLen:]
+		if skip {
+			require.Equal(t, []byte{0, 0, 0, 0}, icrc, "Seal")
+			require.Equal(t, []byte{0, 0, 0, 0}, tail, "SealSplit")
+			require.Equal(t, []byte{0, 0, 0, 0}, tail2, "SealCopy")
+		} else {
+			require.True(t, (&wire.Sealer{Flow: f}).Check(whole), "sealed for real")
+			require.Equal(t, icrc, tail)
+			require.Equal(t, icrc, tail2)
+		}
+		whole[len(whole)-1] ^= 0x40 // a wrong ICRC
+		out := make([]byte, n)
+		require.Equal(t, skip, s.Check(whole), "Check")
+		_, ok := s.CheckUnknownID(whole)
+		require.Equal(t, skip, ok, "CheckUnknownID")
+		require.Equal(t, skip, s.CheckCopy(whole, h, out, false), "CheckCopy")
+		require.Equal(t, payload, out, "CheckCopy copies either way")
+		require.False(t, s.Check(whole[:wire.BTHLen+wire.ICRCLen-1]), "too short for a packet")
+	}
+}
