@@ -111,10 +111,14 @@ func OpenWithProvider(p Provider, cfg Config) (*Device, error) {
 		mtu = min(mtu, cfg.MTU)
 	}
 	batch, _ := p.(BatchReceiver)
+	attr := deviceAttr(maxQP, mtu)
+	if c, ok := p.(UDPChecksummer); ok {
+		attr.UDPChecksum = c.VerifiesUDPChecksum()
+	}
 	d := &Device{
 		prov:     p,
 		batch:    batch,
-		attr:     deviceAttr(maxQP, mtu),
+		attr:     attr,
 		local:    p.LocalAddr(),
 		epoch:    clock.NewEpoch(),
 		qpTable:  newTable(func(qp *QP) uint32 { return qp.qpn }),

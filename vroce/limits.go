@@ -25,6 +25,10 @@ type DeviceAttr struct {
 	MaxMsgSize   int // largest message (SEND, WRITE, READ)
 	ActiveMTU    MTU // largest path MTU the provider's link carries
 	MaxBacklogCM int // default max_backlog for the connection manager
+	// UDPChecksum: the provider verifies every datagram's UDP checksum
+	// (UDPChecksummer), so RC QPs may leave out the ICRC
+	// (QPAttr.UDPChecksum).
+	UDPChecksum bool
 }
 
 // Published limits (SPEC.md).

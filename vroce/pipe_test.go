@@ -115,6 +115,13 @@ func pipeQPs(t *testing.T) (a, b pipeEnd) {
 // pipeQPsWith is pipeQPs over the providers wrap makes of the pipes.
 func pipeQPsWith(t *testing.T, wrap func(*pipeProvider) Provider) (a, b pipeEnd) {
 	t.Helper()
+	return pipeQPsAt(t, wrap, QPAttr{}, 0)
+}
+
+// pipeQPsAt is pipeQPsWith with the attributes of rtr that mask names
+// added to both QPs' move to RTR.
+func pipeQPsAt(t *testing.T, wrap func(*pipeProvider) Provider, rtr QPAttr, mask QPAttrMask) (a, b pipeEnd) {
+	t.Helper()
 	ppa, ppb := newPipePair()
 	pa, pb := wrap(ppa), wrap(ppb)
 	da, err := OpenWithProvider(pa, Config{})
@@ -150,6 +157,7 @@ func pipeQPsWith(t *testing.T, wrap func(*pipeProvider) Provider) (a, b pipeEnd)
 			{QPAttr{State: QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
 				QPAttrState | QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic},
 		}
+		steps[1].at.UDPChecksum, steps[1].m = rtr.UDPChecksum, steps[1].m|mask&QPAttrUDPChecksum
 		for _, s := range steps {
 			if err := qp.Modify(&s.at, s.m); err != nil {
 				t.Fatal(err)

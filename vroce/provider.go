@@ -128,6 +128,19 @@ type RecvInterrupter interface {
 	InterruptRecv()
 }
 
+// UDPChecksummer is a Provider that sends every datagram with a UDP
+// checksum and delivers only those whose checksum was verified on the
+// way in (by the kernel or the NIC): the checksum then covers the whole
+// RoCE packet end to end, as TCP's covers a stream. Two devices on such
+// providers may agree to leave the ICRC out (QPAttr.UDPChecksum), a CRC
+// over every payload at each end that adds nothing against corruption
+// there.
+type UDPChecksummer interface {
+	Provider
+	// VerifiesUDPChecksum reports whether the provider does so.
+	VerifiesUDPChecksum() bool
+}
+
 // DropCounter is a Provider that drops some datagrams before the device
 // sees them (larger than any packet, say) and counts them; the device
 // reports the count (DeviceStats.RxProviderDrops).

@@ -422,7 +422,7 @@ func (qp *QP) fromPeer(src netip.AddrPort) bool {
 		return src == peer
 	}
 	if qp.rxSeal.Flow.Src.Port() != src.Port() {
-		qp.rxSeal = wire.Sealer{Flow: wire.Flow{Src: src, Dst: qp.flow.Src}}
+		qp.rxSeal = wire.Sealer{Flow: wire.Flow{Src: src, Dst: qp.flow.Src}, UDPChecksum: qp.attr.UDPChecksum}
 	}
 	return true
 }

@@ -39,10 +39,13 @@ const (
 	QPAttrPiggybackACK
 	// QPAttrStrictSourcePort: the peer sends from its device port.
 	QPAttrStrictSourcePort
+	// QPAttrUDPChecksum is a vRoCE extension: both ends leave the ICRC
+	// to the UDP checksum.
+	QPAttrUDPChecksum
 	qpAttrEnd
 )
 
-var qpAttrNames = []string{"STATE", "ACCESS_FLAGS", "PKEY_INDEX", "PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN", "SELECTIVE_REPEAT", "PIGGYBACK_ACK", "STRICT_SOURCE_PORT"}
+var qpAttrNames = []string{"STATE", "ACCESS_FLAGS", "PKEY_INDEX", "PORT", "QKEY", "AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "MIN_RNR_TIMER", "SQ_PSN", "MAX_DEST_RD_ATOMIC", "DEST_QPN", "SELECTIVE_REPEAT", "PIGGYBACK_ACK", "STRICT_SOURCE_PORT", "UDP_CHECKSUM"}
 
 func (m QPAttrMask) String() string {
 	var names []string
@@ -102,6 +105,16 @@ type QPAttr struct {
 	// and it solves for the IPv4 ID the ICRC covers, which a UDP socket
 	// cannot see (wire.Sealer.CheckUnknownID).
 	StrictSourcePort bool
+	// UDPChecksum says the peer is a vRoCE device whose provider, as
+	// this device's (DeviceAttr.UDPChecksum), verifies every datagram's
+	// UDP checksum, and both ends agreed at connection setup to rely on
+	// it: packets go with zeros where the ICRC goes, and none is
+	// checked (wire.Sealer.UDPChecksum). The ICRC is a CRC over every
+	// payload at each end, about a seventh of a CPU at each end of a
+	// stream at MTU 1500, that adds nothing a verified UDP checksum does
+	// not give. Without it, every packet carries the ICRC rxe computes,
+	// and every packet's is checked.
+	UDPChecksum bool
 }
 
 // transition lists, for one state change and QP type, the attributes a
@@ -124,7 +137,7 @@ func init() {
 	// The tables of IBA 11.2.4.2 (ibv_modify_qp), RC and UD.
 	defineTransition(RC, QPSReset, QPSInit, QPAttrAccessFlags, port)
 	defineTransition(RC, QPSInit, QPSInit, st, QPAttrAccessFlags|port)
-	defineTransition(RC, QPSInit, QPSRTR, QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer, QPAttrAccessFlags|port|QPAttrSelectiveRepeat|QPAttrPiggybackACK|QPAttrStrictSourcePort)
+	defineTransition(RC, QPSInit, QPSRTR, QPAttrAV|QPAttrPathMTU|QPAttrDestQPN|QPAttrRQPSN|QPAttrMaxDestRdAtomic|QPAttrMinRNRTimer, QPAttrAccessFlags|port|QPAttrSelectiveRepeat|QPAttrPiggybackACK|QPAttrStrictSourcePort|QPAttrUDPChecksum)
 	defineTransition(RC, QPSRTR, QPSRTS, QPAttrSQPSN|rcSQ, rcRT)
 	defineTransition(RC, QPSRTS, QPSRTS, st, rcRT)
 	defineTransition(RC, QPSRTS, QPSSQD, st, 0)
@@ -243,6 +256,8 @@ func (qp *QP) checkAttr(a *QPAttr, mask QPAttrMask) error {
 		return invalidf("%s: dest QPN %#x above 24 bits", op, a.DestQPN)
 	case mask&QPAttrMaxQPRdAtomic != 0 && a.MaxRdAtomic < 0, mask&QPAttrMaxDestRdAtomic != 0 && a.MaxDestRdAtomic < 0:
 		return invalidf("%s: negative RDMA READ/atomic depth", op)
+	case mask&QPAttrUDPChecksum != 0 && a.UDPChecksum && !d.attr.UDPChecksum:
+		return invalidf("%s: UDP checksum in place of the ICRC, on a provider that does not verify UDP checksums", op)
 	}
 	if mask&QPAttrMaxQPRdAtomic != 0 {
 		if err := checkLimit(op, "max_qp_rd_atom", a.MaxRdAtomic, d.attr.MaxQPRdAtom); err != nil {
@@ -278,6 +293,8 @@ func (qp *QP) applyAttr(a *QPAttr, mask QPAttrMask) {
 	set(QPAttrSelectiveRepeat, func() { q.SelectiveRepeat = a.SelectiveRepeat })
 	set(QPAttrPiggybackACK, func() { q.PiggybackACK = a.PiggybackACK })
 	set(QPAttrStrictSourcePort, func() { q.StrictSourcePort = a.StrictSourcePort })
+	set(QPAttrUDPChecksum, func() { q.UDPChecksum = a.UDPChecksum })
+	qp.txSeal.UDPChecksum, qp.rxSeal.UDPChecksum = q.UDPChecksum, q.UDPChecksum
 	// UD (and RC until its path MTU is set) keeps to an IB MTU, which
 	// every peer takes: a UD peer negotiates nothing.
 	qp.mtu = int(qp.dev.attr.ActiveMTU.IB())
