@@ -198,9 +198,7 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 		srcIP: local.Addr().Unmap(), dstIP: to.Addr(), srcPort: local.Port(),
 		priv: p.PrivateData, vflags: vFlagDevicePort,
 	}
-	if !p.GoBackN {
-		req.vflags |= vFlagsOffered
-	}
+	req.vflags |= m.offered(&p)
 	id := &ID{m: m, qp: qp, peer: to, tid: req.tid, active: true, state: stReqSent, wake: make(chan struct{}, 1)}
 	m.mu.Lock()
 	if m.closed {
@@ -247,7 +245,7 @@ func (m *Manager) Connect(ctx context.Context, qp *vroce.QP, to netip.AddrPort, 
 	both := req.vflags & info.vflags
 	peer := Peer{QPN: info.qpn, PSN: rqPSN, Addr: to, MTU: info.agreedMTU(req.mtu),
 		SelectiveRepeat: both&vFlagSACK != 0, PiggybackACK: both&vFlagPiggyACK != 0,
-		StrictSourcePort: both&vFlagDevicePort != 0, MaxRdAtomic: max(int(info.respRes), 1), PrivateData: id.priv}
+		StrictSourcePort: both&vFlagDevicePort != 0, UDPChecksum: both&vFlagUDPChecksum != 0, MaxRdAtomic: max(int(info.respRes), 1), PrivateData: id.priv}
 	err := Connect(qp, info.psn, peer, p)
 	o = outbox{}
 	m.mu.Lock()
@@ -423,15 +421,12 @@ func (r *Request) Accept(qp *vroce.QP, p Params) (*ID, error) {
 	m.mu.Unlock()
 
 	mtu := info.agreedMTU(p.mtu(m.dev))
-	vflags := info.vflags & vFlagDevicePort // what both ends speak
-	if !p.GoBackN {
-		vflags |= info.vflags & vFlagsOffered
-	}
+	vflags := info.vflags & (vFlagDevicePort | m.offered(&p)) // what both ends speak
 	// The passive end sends from the REQ's starting PSN and receives from
 	// its REP's (see Manager.Connect).
 	rqPSN := uint32(secrand.Uint64()) & 0xffffff
 	peer := Peer{QPN: info.qpn, PSN: rqPSN, Addr: id.peer, MTU: mtu, SelectiveRepeat: vflags&vFlagSACK != 0,
-		PiggybackACK: vflags&vFlagPiggyACK != 0, StrictSourcePort: vflags&vFlagDevicePort != 0,
+		PiggybackACK: vflags&vFlagPiggyACK != 0, StrictSourcePort: vflags&vFlagDevicePort != 0, UDPChecksum: vflags&vFlagUDPChecksum != 0,
 		MaxRdAtomic: max(int(info.respRes), 1), PrivateData: id.priv}
 	err := Connect(qp, info.psn, peer, p)
 	var o outbox
@@ -522,6 +517,25 @@ func (p *Params) mtu(dev *vroce.Device) vroce.MTU {
 		mtu = mtu.IB()
 	}
 	return mtu
+}
+
+// offersUDPChecksum reports whether this end offers to leave the ICRC to
+// the UDP checksum: when its device's provider verifies it, unless the
+// caller asked to behave as rxe.
+func (p *Params) offersUDPChecksum(dev *vroce.Device) bool {
+	return !p.GoBackN && dev.Attr().UDPChecksum
+}
+
+// offered is the extensions this CM offers its peer (mad.vflags).
+func (m *Manager) offered(p *Params) uint8 {
+	var f uint8
+	if !p.GoBackN {
+		f |= vFlagsOffered
+	}
+	if p.offersUDPChecksum(m.dev) {
+		f |= vFlagUDPChecksum
+	}
+	return f
 }
 
 func (p *Params) rdAtomic() uint8 {

@@ -60,7 +60,10 @@ const (
 	// port, so its peer may refuse any other (vroce.QPAttr
 	// StrictSourcePort). Every vRoCE CM says it, extensions or not.
 	vFlagDevicePort = 1 << 2
-	vFlagPresent    = 0x80 // in mad.vflags only: the sender is vRoCE
+	// vFlagUDPChecksum: the sender's provider verifies UDP checksums and
+	// it would leave the ICRC out (vroce.QPAttr UDPChecksum).
+	vFlagUDPChecksum = 1 << 3
+	vFlagPresent     = 0x80 // in mad.vflags only: the sender is vRoCE
 
 	// psTCP is rdma_cm's RDMA_PS_TCP port space: service IDs are
 	// 0x0000000001060000 | port. psUDP is RDMA_PS_UDP's, whose services

@@ -166,8 +166,9 @@ func TestRDMACMConnectAcceptDisconnect(t *testing.T) {
 		t.Fatalf("private data %q and %q, peer %v", id.PrivateData(), got.req.PrivateData, got.req.Peer)
 	}
 	if aqp.State() != vroce.QPSRTS || bqp.State() != vroce.QPSRTS || !aqp.Attr().SelectiveRepeat || !bqp.Attr().SelectiveRepeat ||
-		!aqp.Attr().PiggybackACK || !bqp.Attr().PiggybackACK {
-		t.Fatalf("QPs in %v and %v, attributes %+v %+v: want RTS, selective repeat and piggybacked ACKs", aqp.State(), bqp.State(), aqp.Attr(), bqp.Attr())
+		!aqp.Attr().PiggybackACK || !bqp.Attr().PiggybackACK || aqp.Attr().UDPChecksum || bqp.Attr().UDPChecksum {
+		t.Fatalf("QPs in %v and %v, attributes %+v %+v: want RTS, selective repeat and piggybacked ACKs, and the ICRC (the sim verifies no UDP checksum)",
+			aqp.State(), bqp.State(), aqp.Attr(), bqp.Attr())
 	}
 	waitFor(t, "the RTU", got.id.Established)
 
@@ -457,6 +458,41 @@ func TestRDMACMNegotiatesMTUAndGoBackN(t *testing.T) {
 	for _, q := range []*vroce.QP{qp, ids[0].QP()} {
 		if at := q.Attr(); at.PathMTU != vroce.MTU1024 || at.SelectiveRepeat || at.PiggybackACK {
 			t.Fatalf("QP %#x: MTU %v, selective repeat %v, piggybacked ACKs %v: want 1024 and neither extension", q.QPN(), at.PathMTU, at.SelectiveRepeat, at.PiggybackACK)
+		}
+	}
+}
+
+// Two vRoCE CMs whose providers verify UDP checksums agree to leave the
+// ICRC out, unless either end asks to behave as rxe; data then moves.
+func TestRDMACMNegotiatesTheUDPChecksumForTheICRC(t *testing.T) {
+	for _, goBackN := range []bool{false, true} {
+		a := openEnd(t, vroce.Config{Provider: "udp", Addr: "127.0.0.1:0"}, Config{})
+		b := openEnd(t, vroce.Config{Provider: "udp", Addr: "127.0.0.1:0"}, Config{})
+		l, _ := b.m.Listen(0, 0)
+		ctx, stop := context.WithCancel(context.Background())
+		served := serve(ctx, t, b, l, Params{GoBackN: goBackN})
+		qp := a.newQP(t)
+		if _, err := a.m.Connect(ctxFor(t, 10*time.Second), qp, b.dev.LocalAddr(), Params{}); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		bqp := (<-served)[0].QP()
+		for _, q := range []*vroce.QP{qp, bqp} {
+			if q.Attr().UDPChecksum == goBackN {
+				t.Fatalf("go-back-N %v: QP %#x leaves the ICRC to the UDP checksum: %v", goBackN, q.QPN(), q.Attr().UDPChecksum)
+			}
+		}
+		mr, _ := b.pd.RegMR(make([]byte, 64), vroce.AccessLocalWrite)
+		if err := bqp.PostRecv(vroce.RecvWR{ID: 7, SGL: []vroce.SGE{mr.SGE(0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.PostSend(vroce.SendWR{Opcode: vroce.WRSend, Flags: vroce.SendInline, Inline: []byte("checked once")}); err != nil {
+			t.Fatal(err)
+		}
+		wc := make([]vroce.WorkCompletion, 1)
+		if n, err := b.cq.PollWait(ctxFor(t, 10*time.Second), wc); n != 1 || err != nil || wc[0].Status != vroce.WCSuccess ||
+			string(mr.Bytes()[:wc[0].ByteLen]) != "checked once" {
+			t.Fatalf("go-back-N %v: receive %d %v %+v %q", goBackN, n, err, wc[0], mr.Bytes()[:wc[0].ByteLen])
 		}
 	}
 }

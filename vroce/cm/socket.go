@@ -27,6 +27,9 @@ const (
 	// flagDevicePort: RC packets leave from the advertised port, so the
 	// peer may refuse any other (vroce.QPAttr StrictSourcePort).
 	flagDevicePort = 1 << 2
+	// flagUDPChecksum: the sender's provider verifies UDP checksums and
+	// it would leave the ICRC out (vroce.QPAttr UDPChecksum).
+	flagUDPChecksum = 1 << 3
 )
 
 // SocketMagic opens every SOCKET exchange: a listener that serves plain
@@ -55,7 +58,7 @@ type Params struct {
 	// CM peer says so); 0 means 128, the device's max_qp_rd_atom, as rxe
 	// offers: our responder keeps nothing per outstanding READ.
 	MaxRdAtomic int
-	GoBackN     bool   // offer no vRoCE extension (selective repeat, piggybacked ACKs): behave as rxe
+	GoBackN     bool   // offer no vRoCE extension (selective repeat, piggybacked ACKs, no ICRC): behave as rxe
 	PrivateData []byte // up to MaxPrivateData bytes for the peer
 	// Advertise is the address the peer sends vRoCE packets to; zero:
 	// the device's address, or, when it listens on all addresses, the
@@ -77,6 +80,9 @@ type Peer struct {
 	// StrictSourcePort: the peer sends from Addr's port and said so
 	// (vroce.QPAttr.StrictSourcePort).
 	StrictSourcePort bool
+	// UDPChecksum: both ends' providers verify UDP checksums and both
+	// leave the ICRC out (vroce.QPAttr.UDPChecksum).
+	UDPChecksum bool
 	// MaxRdAtomic is how many READ and atomic requests the peer answers
 	// at once (its responder resources); 0: as many as we do.
 	MaxRdAtomic int
@@ -191,6 +197,9 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 	if !p.GoBackN {
 		ours.flags |= flagSACK | flagPiggy
 	}
+	if p.offersUDPChecksum(qp.Device()) {
+		ours.flags |= flagUDPChecksum
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(dl)
 		defer conn.SetDeadline(time.Time{})
@@ -231,6 +240,7 @@ func ConnectSocket(ctx context.Context, conn net.Conn, qp *vroce.QP, p Params) (
 		SelectiveRepeat:  ours.flags&theirs.flags&flagSACK != 0,
 		PiggybackACK:     ours.flags&theirs.flags&flagPiggy != 0,
 		StrictSourcePort: ours.flags&theirs.flags&flagDevicePort != 0,
+		UDPChecksum:      ours.flags&theirs.flags&flagUDPChecksum != 0,
 		PrivateData:      theirs.privateData,
 	}
 	if err := Connect(qp, ours.psn, peer, p); err != nil {
@@ -255,10 +265,10 @@ func Connect(qp *vroce.QP, sqPSN uint32, peer Peer, p Params) error {
 		{vroce.QPAttr{State: vroce.QPSInit, AccessFlags: p.Access | vroce.AccessLocalWrite}, vroce.QPAttrState | vroce.QPAttrAccessFlags},
 		{vroce.QPAttr{State: vroce.QPSRTR, Dest: peer.Addr, PathMTU: peer.MTU, DestQPN: peer.QPN, RQPSN: peer.PSN,
 			MaxDestRdAtomic: rd, MinRNRTimer: or(p.MinRNRTimer, 1), SelectiveRepeat: peer.SelectiveRepeat, PiggybackACK: peer.PiggybackACK,
-			StrictSourcePort: peer.StrictSourcePort},
+			StrictSourcePort: peer.StrictSourcePort, UDPChecksum: peer.UDPChecksum},
 			vroce.QPAttrState | vroce.QPAttrAV | vroce.QPAttrPathMTU | vroce.QPAttrDestQPN | vroce.QPAttrRQPSN |
 				vroce.QPAttrMaxDestRdAtomic | vroce.QPAttrMinRNRTimer | vroce.QPAttrSelectiveRepeat | vroce.QPAttrPiggybackACK |
-				vroce.QPAttrStrictSourcePort},
+				vroce.QPAttrStrictSourcePort | vroce.QPAttrUDPChecksum},
 		{vroce.QPAttr{State: vroce.QPSRTS, SQPSN: sqPSN, Timeout: or(p.Timeout, 14), RetryCnt: or(p.RetryCnt, 7),
 			RNRRetry: or(p.RNRRetry, 7), MaxRdAtomic: issue},
 			vroce.QPAttrState | vroce.QPAttrSQPSN | vroce.QPAttrTimeout | vroce.QPAttrRetryCnt | vroce.QPAttrRNRRetry | vroce.QPAttrMaxQPRdAtomic},

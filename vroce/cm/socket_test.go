@@ -93,8 +93,9 @@ func TestConnectSocketLinksTwoQPs(t *testing.T) {
 	if pa.QPN != b.qp.QPN() || pb.QPN != a.qp.QPN() || pa.Addr != b.dev.LocalAddr() {
 		t.Fatalf("peers %+v %+v", pa, pb)
 	}
-	if pa.MTU != vroce.MTU2048 || pb.MTU != vroce.MTU2048 || !pa.SelectiveRepeat || !pb.SelectiveRepeat || !pa.PiggybackACK || !pb.PiggybackACK {
-		t.Fatalf("negotiated %+v %+v, want MTU 2048, selective repeat and piggybacked ACKs on both", pa, pb)
+	if pa.MTU != vroce.MTU2048 || pb.MTU != vroce.MTU2048 || !pa.SelectiveRepeat || !pb.SelectiveRepeat || !pa.PiggybackACK || !pb.PiggybackACK ||
+		!pa.UDPChecksum || !pb.UDPChecksum {
+		t.Fatalf("negotiated %+v %+v, want MTU 2048, selective repeat, piggybacked ACKs and the UDP checksum for the ICRC on both", pa, pb)
 	}
 	if string(pb.PrivateData) != "from a" || len(pa.PrivateData) != 0 {
 		t.Fatalf("private data %q %q", pb.PrivateData, pa.PrivateData)
@@ -103,7 +104,7 @@ func TestConnectSocketLinksTwoQPs(t *testing.T) {
 		if st := e.qp.State(); st != vroce.QPSRTS {
 			t.Fatalf("QP in %v", st)
 		}
-		if !e.qp.Attr().SelectiveRepeat || !e.qp.Attr().PiggybackACK {
+		if !e.qp.Attr().SelectiveRepeat || !e.qp.Attr().PiggybackACK || !e.qp.Attr().UDPChecksum {
 			t.Fatalf("extensions not set on the QP: %+v", e.qp.Attr())
 		}
 	}
@@ -136,7 +137,8 @@ func TestSelectiveRepeatOnlyWhenBothOffer(t *testing.T) {
 		t.Fatal(errA, errB)
 	}
 	if pa.SelectiveRepeat || pb.SelectiveRepeat || a.qp.Attr().SelectiveRepeat || b.qp.Attr().SelectiveRepeat ||
-		pa.PiggybackACK || pb.PiggybackACK || a.qp.Attr().PiggybackACK || b.qp.Attr().PiggybackACK {
+		pa.PiggybackACK || pb.PiggybackACK || a.qp.Attr().PiggybackACK || b.qp.Attr().PiggybackACK ||
+		pa.UDPChecksum || pb.UDPChecksum || a.qp.Attr().UDPChecksum || b.qp.Attr().UDPChecksum {
 		t.Fatal("a vRoCE extension negotiated with a go-back-N end")
 	}
 }
