@@ -39,7 +39,9 @@
 // extensions, each when both ends speak it: selective repeat, ACKs that
 // ride on requests, and the extension path MTUs, 1344 for 1500-byte
 // links and 8192 to 32768 (a REQ shows the largest IB MTU below to any
-// other CM and offers more where only vRoCE looks). A refused connection is a *RejectError, which
+// other CM and offers more where only vRoCE looks), and the UDP checksum
+// in place of the ICRC when both devices' providers verify it
+// (vroce.QPAttr.UDPChecksum). Params.GoBackN offers none of them. A refused connection is a *RejectError, which
 // is also syscall.ECONNREFUSED. Every connection made by a Manager ends
 // with Disconnect, the peer's, or Manager.Close; its QP is the caller's to
 // destroy after.
