@@ -115,10 +115,14 @@ func (l *lossRecovery) disarm() { l.rtoAt, l.probeAt = 0, 0 }
 // arm keeps the RTO and the tail-loss probe running from now while
 // packets are in flight. wait is what the Go scheduler lately made
 // goroutines wait (an ACK can wait for one to be scheduled, on either
-// end), ackTimeout the QP's verbs timeout (0: infinite), and
-// resendsQueued whether resends are queued: they draw the SACK a probe
-// would.
-func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued bool) {
+// end), ackTimeout the QP's verbs timeout (0: infinite), resendsQueued
+// whether resends are queued (they draw the SACK a probe would), and
+// peerMayHold whether the peer may be holding its ACK for its program's
+// answer (responder.mayHoldAck): then a quiet path's probe waits out
+// the hold (heldAckProbeFloor), or every answer slower than the probe
+// floor would draw a probe, and a resent request, as TCP's loss probe
+// waits out a delayed ACK when one segment is in flight.
+func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued, peerMayHold bool) {
 	est := l.estimate()
 	rto := est.rto(l.backoff, ackTimeout) + wait
 	if ackTimeout > 0 {
@@ -141,7 +145,14 @@ func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued bool) {
 		// until the RTO (117 packets in 40 ms to rxe). So a PTO apart, the
 		// last a quarter RTO before it: at most (RTO * 3/4) / PTO + 1
 		// probes per RTO.
-		if at := min(now+est.pto(l.probeFloor(now))+wait, l.rtoAt-rto/4); at > now {
+		floor := l.probeFloor(now)
+		if peerMayHold && floor != 0 {
+			// On a path that lost packets lately the probe stays fast:
+			// one a held ACK makes spurious, the responder reports as a
+			// duplicate, and the path is quiet again (lossSuspected).
+			floor = heldAckProbeFloor
+		}
+		if at := min(now+est.pto(floor)+wait, l.rtoAt-rto/4); at > now {
 			l.probeAt = at
 		}
 	}

@@ -65,22 +65,22 @@ func recoveryOn20us() *lossRecovery {
 func TestRecoveryArmsTheProbeAheadOfTheRTO(t *testing.T) {
 	l := recoveryOn20us()
 	const now = 10 * lossMemory
-	l.arm(now, 0, 0, false)
+	l.arm(now, 0, 0, false, false)
 	assert.Equal(t, int64(now+minRTO), l.rtoAt, "SRTT + 4 RTTVAR is under the 5 ms floor")
 	assert.Equal(t, int64(now+quietProbeFloor), l.probeAt, "a clean path probes after 1 ms")
 	assert.Equal(t, l.probeAt, l.lossDetectionTimeout())
 
-	l.arm(now+500_000, 0, 0, false)
+	l.arm(now+500_000, 0, 0, false, false)
 	assert.Equal(t, int64(now+minRTO), l.rtoAt, "arming again moves no running deadline")
 	assert.Equal(t, int64(now+quietProbeFloor), l.probeAt)
 
 	l.disarm()
 	l.lossProven(now)
-	l.arm(now, 0, 0, false)
+	l.arm(now, 0, 0, false, false)
 	assert.Equal(t, int64(now+20_000+4*10_000+rttNoise), l.probeAt, "a lossy path probes after SRTT + 4 RTTVAR (over two RTTs here)")
 
 	l.disarm()
-	l.arm(now, 0, 0, true)
+	l.arm(now, 0, 0, true, false)
 	assert.Zero(t, l.probeAt, "queued resends draw the SACK a probe would")
 }
 
@@ -89,13 +89,13 @@ func TestRecoveryArmsTheProbeAheadOfTheRTO(t *testing.T) {
 func TestRecoveryAllowsForTheSchedulerAndTheVerbsTimeout(t *testing.T) {
 	l := recoveryOn20us()
 	const now, wait = int64(1e12), int64(2_000_000)
-	l.arm(now, wait, 0, false)
+	l.arm(now, wait, 0, false, false)
 	assert.Equal(t, now+minRTO+wait, l.rtoAt)
 	assert.Equal(t, now+quietProbeFloor+wait, l.probeAt)
 
 	l.disarm()
 	const ceiling = 4096 << 10 // Timeout 10: 4.19 ms
-	l.arm(now, 3*wait/2, ceiling, false)
+	l.arm(now, 3*wait/2, ceiling, false, false)
 	assert.Equal(t, now+ceiling, l.rtoAt)
 	assert.Equal(t, now+ceiling-ceiling/4, l.probeAt, "never after three quarters of the RTO")
 }
@@ -107,7 +107,7 @@ func TestRecoveryAllowsForTheSchedulerAndTheVerbsTimeout(t *testing.T) {
 func TestRecoveryTimeoutsFireInOrderAndBackOff(t *testing.T) {
 	l := recoveryOn20us()
 	const now = int64(1e12)
-	l.arm(now, 0, 0, false)
+	l.arm(now, 0, 0, false, false)
 	assert.Equal(t, noTimeout, l.onLossDetectionTimeout(now+quietProbeFloor-1))
 	assert.Equal(t, probeTimeout, l.onLossDetectionTimeout(now+quietProbeFloor))
 	assert.Zero(t, l.probeAt)
@@ -117,7 +117,7 @@ func TestRecoveryTimeoutsFireInOrderAndBackOff(t *testing.T) {
 	assert.Zero(t, l.lossDetectionTimeout())
 
 	t1 := now + minRTO
-	l.arm(t1, 0, 0, false)
+	l.arm(t1, 0, 0, false, false)
 	assert.Equal(t, t1+2*minRTO, l.rtoAt, "backed off once: doubled")
 	assert.Zero(t, l.probeAt, "no probe while backed off")
 	assert.Equal(t, repeatedTimeout, l.onLossDetectionTimeout(t1+2*minRTO))
@@ -152,18 +152,18 @@ func TestAFreshQPTimesItsPacketsByItsPeersRTT(t *testing.T) {
 	const now = int64(1_000_000_000)
 	var peer peerRTT
 	r := lossRecovery{peer: &peer}
-	r.arm(now, 0, 0, false)
+	r.arm(now, 0, 0, false, false)
 	assert.Equal(t, now+defaultRTO, r.rtoAt, "nobody has measured the peer: the default")
 
 	peer.sample(100_000_000) // another QP: the peer's queue holds packets for 100 ms
 	r.disarm()
-	r.arm(now, 0, 0, false)
+	r.arm(now, 0, 0, false, false)
 	assert.Equal(t, now+300_000_000, r.rtoAt, "three times the peer's SRTT")
 
 	r.sample(40_000) // its own first sample: 40 us
 	assert.Equal(t, int64(100_000_000+(40_000-100_000_000)/8), peer.estimate().SRTT, "its sample smoothed into the peer's")
 	r.disarm()
-	r.arm(now, 0, 0, false)
+	r.arm(now, 0, 0, false, false)
 	assert.Equal(t, now+minRTO, r.rtoAt, "its own estimate, at the floor")
 }
 
@@ -176,18 +176,18 @@ func TestAnUnansweredFreshQPRaisesItsPeersRTT(t *testing.T) {
 	const now = int64(1_000_000_000)
 	var peer peerRTT
 	a := lossRecovery{peer: &peer}
-	a.arm(now, 0, 0, false)
+	a.arm(now, 0, 0, false, false)
 	assert.Equal(t, firstTimeout, a.onLossDetectionTimeout(now+defaultRTO))
 	assert.Equal(t, int64(defaultRTO), peer.estimate().SRTT, "the peer answers no sooner than the RTO that passed")
 
 	b := lossRecovery{peer: &peer}
-	b.arm(now, 0, 0, false)
+	b.arm(now, 0, 0, false, false)
 	assert.Equal(t, now+3*defaultRTO, b.rtoAt, "the next fresh QP waits three times that")
 
 	c := lossRecovery{peer: &peer}
 	c.sample(40_000)
 	before := peer.estimate()
-	c.arm(now, 0, 0, false)
+	c.arm(now, 0, 0, false, false)
 	assert.Equal(t, firstTimeout, c.onLossDetectionTimeout(c.rtoAt))
 	assert.Equal(t, before, peer.estimate(), "a sampled QP's timeout is a loss: the peer's estimate stands")
 }

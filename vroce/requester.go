@@ -303,7 +303,8 @@ func (r *requester) armTimers(qp *QP, now int64) {
 		// pacer stopped must still be woken.
 		r.rec.disarm()
 	} else {
-		r.rec.arm(now, qp.dev.sched.allowance(now), qp.ackTimeout(), r.sb.lostCount > 0)
+		peerMayHold := qp.attr.PiggybackACK && r.sb.inFlight() <= holdMaxPackets
+		r.rec.arm(now, qp.dev.sched.allowance(now), qp.ackTimeout(), r.sb.lostCount > 0, peerMayHold)
 	}
 	r.schedule(qp)
 }

@@ -177,6 +177,35 @@ func TestRequesterSendsAWindowAndArmsItsDeadlines(t *testing.T) {
 	assert.Equal(t, t0+quietProbeFloor, r.rec.probeAt, "a clean path probes after 1 ms")
 }
 
+// A request small enough that a peer reading piggybacked ACKs may hold
+// its ACK for the answer (responder.mayHoldAck) probes only once the hold
+// has passed; a larger flight, or a peer that holds nothing (no
+// piggybacked ACKs: rdma_rxe), probes after the quiet floor as before,
+// and a path that lost packets lately probes fast whatever the flight.
+func TestAProbeWaitsOutTheACKAPeerMayHold(t *testing.T) {
+	for _, c := range []struct {
+		piggyback bool
+		size      int
+		want      int64
+	}{
+		{true, 2 << 10, t0 + heldAckProbeFloor}, // two packets: the peer may hold
+		{true, 3 << 10, t0 + quietProbeFloor},   // three: it never holds
+		{false, 1 << 10, t0 + quietProbeFloor},  // no piggybacked ACKs: nothing held
+	} {
+		rb := newBench(t, c.piggyback)
+		rb.write(t, c.size, t0)
+		r := &rb.qp.req
+		assert.Equal(t, c.size>>10, r.sb.inFlight())
+		assert.Equal(t, c.want, r.rec.probeAt, "piggybacked ACKs %v, %d bytes in flight", c.piggyback, c.size)
+		assert.Less(t, r.rec.probeAt, r.rec.rtoAt, "the probe comes ahead of the RTO")
+	}
+	// A path that lost a packet lately keeps its fast probe, hold or not.
+	rb := newBench(t, true)
+	rb.qp.req.rec.lossProven(t0)
+	rb.write(t, 1<<10, t0)
+	assert.Equal(t, t0+100_000+4*50_000+rttNoise, rb.qp.req.rec.probeAt, "SRTT + 4 RTTVAR on a 100 us path")
+}
+
 // With no answer the probe fires a PTO after the send and resends the
 // oldest unconfirmed PSN; the RTO fires next and backs off, and a second
 // one presumes everything in flight lost and collapses the window. The

@@ -27,7 +27,13 @@ const (
 	// repair; a clean one does not, and its first loss in lossMemory
 	// costs a millisecond.
 	quietProbeFloor = 1_000_000
-	lossMemory      = 1_000_000_000
+	// A flight small enough that the peer may hold its ACK for its
+	// program's answer (ackHold) probes no sooner than the hold and a
+	// quiet floor after it: the first loss of a request that gets no
+	// answer in that time costs 3 ms instead of 1, and an answer that
+	// comes within the hold draws no probe.
+	heldAckProbeFloor = int64(ackHold) + quietProbeFloor
+	lossMemory        = 1_000_000_000
 )
 
 // rto is the retransmission timeout after backoff doublings, at most

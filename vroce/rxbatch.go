@@ -125,11 +125,14 @@ func (d *Device) sendDueAcks(rb *rxBatch) {
 // ackHold is how long an owed ACK may wait for an answer to carry it:
 // long enough for a program to answer through another process (a proxy
 // writing to its server and reading the reply: a few hundred
-// microseconds on a loaded host), and well below the peer's loss probe on
-// a clean path (quietProbeFloor), which an ACK held longer would set off.
+// microseconds on a loaded host, milliseconds with hundreds of streams
+// queued behind one another), and below the retransmission timeout
+// (minRTO). The peer's loss probe waits it out (heldAckProbeFloor).
 // Eight 1 KiB echo streams through two rsock-proxys sent an ACK alone
-// for every message each way when only a turn handed back held them.
-const ackHold = 500 * time.Microsecond
+// for every message each way when only a turn handed back held them;
+// 200 sent 1.93 datagrams a request each way with a 500 us hold, and
+// 1.5-1.6 with 2 ms.
+const ackHold = 2 * time.Millisecond
 
 // holdOrSendAck holds the QP's owed ACK for an answer to carry, reporting
 // when it comes due, or sends it into out. An ACK held until it came due

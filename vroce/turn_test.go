@@ -295,7 +295,7 @@ func TestTurnLeaseSeesHeldACKsLeave(t *testing.T) {
 	d := a.dev
 	tr := &d.turn
 	base, gaveBack := freeTurnAnHourAhead(t, d)
-	due := base + int64(ackHold)/2 // before the lease runs out
+	due := base + int64(turnLease)/2 // before the lease runs out
 
 	tr.ackDue.Store(due)
 	d.checkTurnLease(due - 1)
