@@ -12,10 +12,12 @@ import (
 
 	"go.uber.org/goleak"
 
+	"vroce.dev/internal/pcap"
 	"vroce.dev/internal/testkit/verbstest"
 	_ "vroce.dev/providers/udp"
 	"vroce.dev/vroce"
 	"vroce.dev/vroce/cm"
+	"vroce.dev/vroce/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,12 +49,17 @@ func TestVerbsOverUDPLoopback(t *testing.T) {
 
 // TestPcapDecodesAsRoCE records a device's traffic with VROCE_PCAP and has
 // tshark decode it: every frame must be RoCE (RRoCE over UDP 4791) with no
-// malformed or error-flagged frame.
+// malformed or error-flagged frame, also where the two ends leave the
+// ICRC to the UDP checksum (zeros where it goes).
 func TestPcapDecodesAsRoCE(t *testing.T) {
 	tshark := needTshark(t)
-	for _, tc := range []struct{ name, a, b string }{
-		{"IPv4", "127.0.0.71:4791", "127.0.0.72:4791"},
-		{"IPv6", "[::1]:4791", ""},
+	for _, tc := range []struct {
+		name, a, b string
+		noICRC     bool
+	}{
+		{"IPv4", "127.0.0.71:4791", "127.0.0.72:4791", false},
+		{"IPv6", "[::1]:4791", "", false},
+		{"IPv4 without the ICRC", "127.0.0.73:4791", "127.0.0.74:4791", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "vroce.pcap")
@@ -67,10 +74,15 @@ func TestPcapDecodesAsRoCE(t *testing.T) {
 				bAddr = "[::1]:0"
 			}
 			db := verbstest.OpenDevice(t, vroce.Config{Provider: "udp", Addr: bAddr})
-			a, b := verbstest.Pair(t, da, db, verbstest.DefaultOpts())
+			o := verbstest.DefaultOpts()
+			o.UDPChecksum = tc.noICRC
+			a, b := verbstest.Pair(t, da, db, o)
 			verbstest.Exercise(t, a, b, 64<<10)
 			if err := da.Close(); err != nil {
 				t.Fatal(err)
+			}
+			if got := icrcsOf(t, path); got.zero == 0 == tc.noICRC || got.zero != 0 && got.sealed != 0 {
+				t.Fatalf("%d RC packets with a zero ICRC and %d with another, want all %s", got.zero, got.sealed, map[bool]string{true: "zero", false: "sealed"}[tc.noICRC])
 			}
 			// rpcordma is Wireshark's heuristic RPC-over-RDMA dissector: it
 			// claims small SENDs and calls them malformed (see the rxe
@@ -141,4 +153,32 @@ func TestDeviceOnAllAddresses(t *testing.T) {
 	if s := da.Stats(); s.RxBadICRC != 0 || s.QPs.WrongSource != 0 || s.QPs.RxPackets == 0 {
 		t.Fatalf("device on all addresses dropped packets: %+v", s)
 	}
+}
+
+// rcICRCs counts the RC packets of a capture by their ICRC: zero, or
+// sealed for the headers they travelled in.
+type rcICRCs struct{ zero, sealed int }
+
+func icrcsOf(t *testing.T, path string) rcICRCs {
+	t.Helper()
+	ds, err := pcap.ReadUDP(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n rcICRCs
+	for _, d := range ds {
+		var p wire.Packet
+		if wire.Parse(&p, d.Payload) != nil || p.BTH.DestQP == vroce.GSIQPN {
+			continue
+		}
+		switch icrc := d.Payload[len(d.Payload)-wire.ICRCLen:]; {
+		case bytes.Equal(icrc, make([]byte, wire.ICRCLen)):
+			n.zero++
+		case wire.CheckICRC(d.IPHeader, d.UDPHeader, d.Payload):
+			n.sealed++
+		default:
+			t.Fatalf("frame %d: an ICRC neither zero nor right", d.Frame)
+		}
+	}
+	return n
 }

@@ -38,6 +38,9 @@ type Opts struct {
 	SelectiveRepeat bool
 	// PiggybackACK lets ACKs ride on requests both ways.
 	PiggybackACK bool
+	// UDPChecksum leaves the ICRC to the UDP checksum both ways (both
+	// devices' providers must verify it).
+	UDPChecksum bool
 	// MaxRdAtomic bounds READ and atomic requests in flight each way; 0
 	// means the connection manager's default.
 	MaxRdAtomic int
@@ -113,7 +116,7 @@ func Connect(t testing.TB, qp, peer *vroce.QP, peerDev *vroce.Device, o Opts) {
 	t.Helper()
 	err := cm.Connect(qp, InitialPSN(qp.QPN()),
 		cm.Peer{QPN: peer.QPN(), PSN: InitialPSN(peer.QPN()), Addr: peerDev.LocalAddr(), MTU: o.MTU, SelectiveRepeat: o.SelectiveRepeat, PiggybackACK: o.PiggybackACK,
-			StrictSourcePort: true},
+			StrictSourcePort: true, UDPChecksum: o.UDPChecksum},
 		cm.Params{Access: o.Access, Timeout: o.Timeout, RetryCnt: o.Retry, RNRRetry: o.RNRRetry, MinRNRTimer: o.MinRNR, MaxRdAtomic: o.MaxRdAtomic})
 	if err != nil {
 		t.Fatal(err)
