@@ -51,7 +51,7 @@ func (b *ackHoldBench) deliverOne(t *testing.T, ask bool, rx *rxBatch) {
 
 // answer posts a one-packet SEND and returns what left, then
 // acknowledges it as the peer would: left in flight, it would draw the
-// QP's loss probe after 1 ms of real time, and a probe leaving just after
+// QP's loss probe after a few ms of real time, and a probe leaving just after
 // an ACK went alone would teach the QP that its program answers.
 func (b *ackHoldBench) answer(t *testing.T) []wire.Packet {
 	t.Helper()
@@ -158,4 +158,22 @@ func TestHeldACKNotForMoreThanTwoPackets(t *testing.T) {
 		d.holdAcks(rx, t0+1e6, true)
 		d.putBatch(rx.out)
 	}
+}
+
+// A holder that waits again (sendDueAcks) reads the clock for an ACK it
+// still owes: one whose hold has run out by the clock leaves. The
+// control: a batch's own time, before the hold ran out, kept it.
+func TestAnOwedACKLeavesByTheClockWhenTheHolderWaitsAgain(t *testing.T) {
+	b := newAckHoldBench(t)
+	d := b.qp.dev
+	b.request(t, t0)
+	b.answer(t) // an ACK alone, then an answer: the QP learns its program answers
+	require.True(t, b.replies())
+
+	rx, sent := b.request(t, d.now()-int64(ackHold)-1)
+	assert.Zero(t, acksIn(sent), "held at the batch's time, for the answer")
+	require.Len(t, rx.acks, 1)
+	d.sendDueAcks(rx)
+	assert.Equal(t, 1, acksIn(b.sink.take()), "due by the clock: it leaves")
+	assert.Empty(t, rx.acks)
 }

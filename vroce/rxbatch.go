@@ -75,13 +75,14 @@ func (d *Device) settle(rb *rxBatch, keep bool) {
 // held, and in a ping-pong the answer has taken the ACK long before (a
 // check every ackHold cost a timerfd_settime for every eight round trips,
 // and a due left behind woke the timer goroutine again after each lease
-// check).
+// check). A now of 0 is read from the clock when a QP still owes its
+// ACK.
 func (d *Device) holdAcks(rb *rxBatch, now int64, watch bool) {
 	kept := rb.acks[:0]
 	due := int64(0)
 	for i, qp := range rb.acks {
 		rb.acks[i] = nil
-		if at, held := qp.holdOrSendAck(now, rb.out); held {
+		if at, held := qp.holdOrSendAck(&now, rb.out); held {
 			kept = append(kept, qp)
 			if due == 0 || at < due {
 				due = at
@@ -114,11 +115,10 @@ func (d *Device) releaseHeld(rb *rxBatch) {
 // returned no batch (interrupted by the timer goroutine for a held ACK
 // come due, or by anything else).
 func (d *Device) sendDueAcks(rb *rxBatch) {
-	var now int64 // read only for ACKs to judge: a read costs 44 ns on a first Zen
-	if len(rb.acks) > 0 {
-		now = d.now()
-	}
-	d.holdAcks(rb, now, true)
+	// The clock is read only for an ACK still owed (holdOrSendAck): in a
+	// ping-pong the answer has taken the held ACK by the time its sender
+	// waits again, and a reading costs 44 ns on a first Zen.
+	d.holdAcks(rb, 0, true)
 	d.transmit(rb.out)
 }
 
@@ -135,19 +135,23 @@ func (d *Device) sendDueAcks(rb *rxBatch) {
 const ackHold = 2 * time.Millisecond
 
 // holdOrSendAck holds the QP's owed ACK for an answer to carry, reporting
-// when it comes due, or sends it into out. An ACK held until it came due
+// when it comes due, or sends it into out. *now, when 0, is read from the
+// device clock once an ACK is owed. An ACK held until it came due
 // teaches the responder that its program does not answer in time
 // (responder.replies).
-func (qp *QP) holdOrSendAck(now int64, out *txBatch) (due int64, held bool) {
+func (qp *QP) holdOrSendAck(now *int64, out *txBatch) (due int64, held bool) {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	r := &qp.resp
 	if r.ackPending {
+		if *now == 0 {
+			*now = qp.dev.now()
+		}
 		due = r.ackOwedAt + int64(ackHold)
-		if now < due && r.mayHoldAck(qp) {
+		if *now < due && r.mayHoldAck(qp) {
 			return due, true
 		}
-		if r.replies && now >= due {
+		if r.replies && *now >= due {
 			r.replies = false // nothing answered in time
 		}
 	}
