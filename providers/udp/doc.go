@@ -15,7 +15,9 @@
 // The socket sets DF (IP_PMTUDISC_DO): Linux then sends IPv4 ID 0 from an
 // unconnected socket, which is what lets a receiver rebuild the IP header
 // the ICRC covers (see vroce/wire.Flow) and what rdma_rxe needs to accept
-// our packets. The kernel also sets and checks the UDP checksum for us.
+// our packets. The kernel also sets and checks the UDP checksum for us,
+// which is why the provider says it verifies it (VerifiesUDPChecksum):
+// two vRoCE devices on it leave the ICRC to that checksum.
 //
 // Importing the package registers the provider "udp".
 package udp

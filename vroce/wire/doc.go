@@ -12,10 +12,11 @@
 //
 //	BTH | extension headers (by opcode) | payload | pad (0-3) | ICRC (4)
 //
-// Two vRoCE extensions, negotiated per connection, ride where RoCEv2
-// decoders still parse the packet: SACK blocks after an ACK's AETH
-// (ParseSACK), and a PiggyACK trailer after an RC request's payload,
-// flagged by a reserved BTH bit.
+// Three vRoCE extensions, negotiated per connection, keep the packet as
+// RoCEv2 decoders parse it: SACK blocks after an ACK's AETH (ParseSACK),
+// a PiggyACK trailer after an RC request's payload, flagged by a
+// reserved BTH bit, and zeros where the ICRC goes when both ends leave
+// integrity to the UDP checksum (Sealer.UDPChecksum).
 //
 // Parse splits such a datagram into a Packet; Packet.EncodeHeaders writes
 // the headers of one; a Sealer (or a Flow) seals and checks the ICRC over
