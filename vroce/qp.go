@@ -252,6 +252,28 @@ func (qp *QP) reset() {
 	qp.txSeal, qp.rxSeal = wire.Sealer{}, wire.Sealer{}
 }
 
+// sendLastAckLocked sends, under qp.mu, the ACK for the requests the
+// responder executed, owed or not, as the QP leaves the connected states
+// (to ERR, to RESET, or destroyed): their completions may have been acted
+// on (a disconnect, whose DREQ would otherwise overtake the ACK owed to
+// the end of the receive batch; a device's close, which would otherwise
+// lose the ACK a receive batch has queued but not yet sent; a QP
+// destroyed while it held its ACK for an answer), and a requester that
+// never hears of them flushes or retries work the peer did. A hardware
+// responder's ACK leaves before the completion is seen. An ACK the peer
+// had already is a duplicate it ignores.
+func (qp *QP) sendLastAckLocked() {
+	r := &qp.resp
+	if qp.typ != RC || !r.ackPending && !r.acked || qp.state == QPSErr || qp.state == QPSReset {
+		return
+	}
+	r.ackPending = true
+	b := qp.dev.getBatch()
+	qp.sendOwedAckLocked(b)
+	qp.dev.transmit(b)
+	qp.dev.putBatch(b)
+}
+
 // toErrorLocked moves the QP to ERR and flushes every outstanding work
 // request with WCWRFlushErr.
 func (qp *QP) toErrorLocked() {
@@ -259,22 +281,7 @@ func (qp *QP) toErrorLocked() {
 		return
 	}
 	wasReset := qp.state == QPSReset
-	if r := &qp.resp; (r.ackPending || r.acked) && qp.typ == RC && !wasReset {
-		// The ACK for requests already executed leaves now, owed or not:
-		// their completions may have been acted on (a disconnect, whose
-		// DREQ would otherwise overtake the ACK owed to the end of the
-		// receive batch; a device's close, which would otherwise lose
-		// the ACK a receive batch has queued but not yet sent), and a
-		// requester that never hears of them flushes or retries work the
-		// peer did. A hardware responder's ACK leaves before the
-		// completion is seen. An ACK the peer had already is a duplicate
-		// it ignores.
-		r.ackPending = true
-		b := qp.dev.getBatch()
-		qp.sendOwedAckLocked(b)
-		qp.dev.transmit(b)
-		qp.dev.putBatch(b)
-	}
+	qp.sendLastAckLocked()
 	qp.state = QPSErr
 	qp.req.flush(qp)
 	qp.resp.release(qp)
@@ -310,6 +317,7 @@ func (qp *QP) Destroy() error {
 		return ErrClosed
 	}
 	qp.mu.Lock()
+	qp.sendLastAckLocked()
 	qp.state = QPSReset
 	qp.reset()
 	qp.mu.Unlock()

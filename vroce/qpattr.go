@@ -204,6 +204,7 @@ func (qp *QP) Modify(attr *QPAttr, mask QPAttrMask) error {
 	qp.applyAttr(attr, mask)
 	switch to {
 	case QPSReset:
+		qp.sendLastAckLocked()
 		qp.reset()
 	case QPSErr:
 		qp.toErrorLocked()
