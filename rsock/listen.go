@@ -73,8 +73,8 @@ type Listener struct {
 	// openTCP, when set, opens the TCP port once the service answers
 	// probes (start): a client that finds the port open is then never
 	// told that no vRoCE service is there. Serve's bound socket listens
-	// then, and Listen's port of its own opens then when it is known
-	// before it opens.
+	// then, and so does Listen's, bound before the device opened, when
+	// its port was given.
 	openTCP   func() error
 	keepAlive time.Duration
 	queue     chan net.Conn
@@ -282,6 +282,98 @@ func listenTCPSocket(ln *net.TCPListener) error {
 	return onSocket(ln, func(fd int) error { return os.NewSyscallError("listen", syscall.Listen(fd, math.MaxInt32)) })
 }
 
+// boundTCPSocket is a TCP socket bound to host:port and not listening
+// yet, as net.Listen binds one: SO_REUSEADDR, and for every address
+// (host empty or unspecified) on network "tcp" one IPv6 socket that also
+// takes IPv4, or an IPv4 one where the host has no IPv6.
+func boundTCPSocket(ctx context.Context, network, host string, port int) (*net.TCPListener, error) {
+	var ip netip.Addr
+	if host != "" {
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip"+strings.TrimPrefix(network, "tcp"), host)
+		if err != nil {
+			return nil, err
+		}
+		ip = ips[0]
+		for _, a := range ips { // an IPv4 address first, as net.Listen
+			if a.Unmap().Is4() {
+				ip = a
+				break
+			}
+		}
+	}
+	type try struct {
+		family int
+		sa     syscall.Sockaddr
+		v6only int // -1: not an IPv6 socket
+	}
+	var tries []try
+	switch {
+	case !ip.IsValid() || ip.IsUnspecified():
+		if network != "tcp4" {
+			only := 0
+			if network == "tcp6" {
+				only = 1
+			}
+			tries = append(tries, try{syscall.AF_INET6, &syscall.SockaddrInet6{Port: port}, only})
+		}
+		if network != "tcp6" {
+			tries = append(tries, try{syscall.AF_INET, &syscall.SockaddrInet4{Port: port}, -1})
+		}
+	case ip.Unmap().Is4():
+		tries = append(tries, try{syscall.AF_INET, &syscall.SockaddrInet4{Port: port, Addr: ip.Unmap().As4()}, -1})
+	default:
+		sa := &syscall.SockaddrInet6{Port: port, Addr: ip.As16()}
+		if z := ip.Zone(); z != "" {
+			ifi, err := net.InterfaceByName(z)
+			if err != nil {
+				return nil, err
+			}
+			sa.ZoneId = uint32(ifi.Index)
+		}
+		tries = append(tries, try{syscall.AF_INET6, sa, 1})
+	}
+	var err error
+	for _, t := range tries {
+		var ln *net.TCPListener
+		if ln, err = bindTCP(t.family, t.sa, t.v6only); err == nil || !errors.Is(err, syscall.EAFNOSUPPORT) {
+			return ln, err
+		}
+	}
+	return nil, err
+}
+
+// bindTCP makes a TCP socket of family bound to sa (with IPV6_V6ONLY set
+// to v6only unless it is -1), not listening.
+func bindTCP(family int, sa syscall.Sockaddr, v6only int) (*net.TCPListener, error) {
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Socket(family, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	f := os.NewFile(uintptr(fd), "tcp")
+	defer f.Close()
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		return nil, os.NewSyscallError("setsockopt", err)
+	}
+	if v6only >= 0 {
+		if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IPV6, syscall.IPV6_V6ONLY, v6only); err != nil {
+			return nil, os.NewSyscallError("setsockopt", err)
+		}
+	}
+	if err := syscall.Bind(fd, sa); err != nil {
+		return nil, os.NewSyscallError("bind", err)
+	}
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	return ln.(*net.TCPListener), nil
+}
+
 // boundAddr is the address ln's socket is bound to now.
 func boundAddr(ln *net.TCPListener) (*net.TCPAddr, error) {
 	var addr *net.TCPAddr
@@ -307,27 +399,29 @@ func boundAddr(ln *net.TCPListener) (*net.TCPAddr, error) {
 }
 
 // listenTCP opens the device and the TCP port on the same port number.
-// A port given opens the device first and the TCP port only once start
-// has the service answering (openTCP). A port left to the system opens
+// A port given is bound first (a port another program holds fails here,
+// before the device answers anything), then the device opens, and the
+// TCP port listens only once start has the service answering (openTCP).
+// A port left to the system opens
 // TCP first, to learn the number, which nobody can know before Listen
 // returns; when its UDP twin is taken it tries another.
 func (l *Listener) listenTCP(ctx context.Context, lc *ListenConfig, host, portStr string) error {
 	nlc := net.ListenConfig{KeepAlive: lc.KeepAlive}
 	if port, err := strconv.ParseUint(portStr, 10, 16); err == nil && port != 0 {
+		// The TCP port is bound first, so that a port another program
+		// holds fails Listen before the device answers a single probe on
+		// its UDP twin, and listens last (openTCP).
+		ln, err := boundTCPSocket(ctx, l.network, host, int(port))
+		if err != nil {
+			return err
+		}
 		st, err := listenerStack(lc.stackConfig(host, portStr, l.backlog))
 		if err != nil {
+			ln.Close()
 			return fmt.Errorf("rsock: the device for TCP port %d: %w", port, err)
 		}
-		l.st, l.addr = st, &net.TCPAddr{Port: int(port)} // start needs the port; openTCP the rest
-		l.openTCP = func() error {
-			ln, err := nlc.Listen(ctx, l.network, net.JoinHostPort(host, portStr))
-			if err != nil {
-				return err
-			}
-			l.tcp = ln.(*net.TCPListener)
-			l.addr = l.tcp.Addr().(*net.TCPAddr)
-			return nil
-		}
+		l.st, l.tcp, l.addr = st, ln, ln.Addr().(*net.TCPAddr)
+		l.openTCP = func() error { return listenTCPSocket(ln) }
 		return nil
 	}
 	for try := 0; ; try++ {
@@ -406,6 +500,15 @@ func (l *Listener) acceptTCP() {
 	defer l.wg.Done()
 	for {
 		c, err := l.tcp.AcceptTCP()
+		if err == nil && l.keepAlive != DefaultKeepAlive {
+			// A socket bound by hand (boundTCPSocket, or one handed to
+			// Serve) keeps Go's default, 15 s, which is ours: any other
+			// asked for is set here, as net.ListenConfig would.
+			c.SetKeepAlive(l.keepAlive > 0)
+			if l.keepAlive > 0 {
+				c.SetKeepAlivePeriod(l.keepAlive)
+			}
+		}
 		if err != nil {
 			select {
 			case <-l.done:

@@ -2,7 +2,9 @@ package rsock
 
 import (
 	"context"
+	"errors"
 	"net"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -65,5 +67,102 @@ func TestListenOpensTheTCPPortAfterItsService(t *testing.T) {
 	c.Close()
 	r.l.Close()
 	served.Wait()
+	settle(t)
+}
+
+// A port another program listens on fails Listen before the vRoCE
+// device opens at all: no probe to the port's UDP twin is answered as
+// if a vRoCE service were there. (The positive control, the same port
+// free, is TestListenOpensTheTCPPortAfterItsService, whose device
+// opens.)
+func TestListenOnATakenPortOpensNoDevice(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	listened := make(chan result, 1)
+	go func() {
+		l, err := (&ListenConfig{Provider: "udp-gated"}).Listen(context.Background(), "tcp", taken.Addr().String())
+		listened <- result{l, err}
+	}()
+	select {
+	case r := <-listened:
+		require.ErrorIs(t, r.err, syscall.EADDRINUSE)
+		var op *net.OpError
+		require.ErrorAs(t, r.err, &op)
+		assert.Equal(t, "listen", op.Op)
+	case release := <-gatedOpens:
+		close(release)
+		if r := <-listened; r.l != nil {
+			r.l.Close()
+		}
+		t.Fatal("the device opened for a TCP port another program holds")
+	}
+}
+
+// A port given with no host listens on every address, IPv4 and IPv6 on
+// one socket as net.Listen's, and serves plain TCP clients of both.
+func TestListenOnEveryAddressTakesBothFamilies(t *testing.T) {
+	free, err := net.Listen("tcp", ":0")
+	require.NoError(t, err)
+	port := free.Addr().(*net.TCPAddr).Port
+	require.NoError(t, free.Close())
+
+	l, err := Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
+	require.NoError(t, err)
+	served := echoServer(t, l)
+	for _, addr := range []string{"127.0.0.1", "::1"} {
+		c, err := net.Dial("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
+		if addr == "::1" && errors.Is(err, syscall.EADDRNOTAVAIL) {
+			continue // no IPv6 loopback on this host
+		}
+		require.NoError(t, err, addr)
+		require.NoError(t, roundTrip(c, payload(3, 1<<10)), addr)
+		c.Close()
+	}
+	l.Close()
+	served.Wait()
+	settle(t)
+}
+
+// ListenConfig.KeepAlive reaches a plain TCP client's connection on a
+// port the listener bound itself, as net.ListenConfig's does: off when
+// negative, on by default.
+func TestListenKeepAliveReachesPlainTCPClients(t *testing.T) {
+	for _, c := range []struct {
+		keepAlive time.Duration
+		want      int
+	}{{-1, 0}, {0, 1}} {
+		free, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := free.Addr().String()
+		require.NoError(t, free.Close())
+
+		l, err := (&ListenConfig{KeepAlive: c.keepAlive}).Listen(context.Background(), "tcp", addr)
+		require.NoError(t, err)
+		client, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		_, err = client.Write([]byte("GET / HTTP/1.0\r\n\r\n")) // not the vRoCE exchange: a plain client
+		require.NoError(t, err)
+		sc, err := l.Accept()
+		require.NoError(t, err)
+		tc, ok := sc.(*TCPConn)
+		require.True(t, ok, "a plain TCP client's connection is a *TCPConn, not %T", sc)
+		rc, err := tc.SyscallConn()
+		require.NoError(t, err)
+		var on int
+		require.NoError(t, rc.Control(func(fd uintptr) {
+			on, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_KEEPALIVE)
+		}))
+		require.NoError(t, err)
+		assert.Equal(t, c.want, on, "SO_KEEPALIVE with KeepAlive %v", c.keepAlive)
+		sc.Close()
+		client.Close()
+		l.Close()
+	}
 	settle(t)
 }
