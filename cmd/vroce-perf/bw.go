@@ -292,6 +292,7 @@ func (s *side) publish() {
 
 func (s *side) newResult() *result {
 	r := &result{Test: s.cfg.Test, Provider: s.cfg.Provider, Bytes: s.cfg.Size, Iterations: s.cfg.Iters, QPs: len(s.qps), MTU: int(s.mtu)}
+	r.UDPChecksum = len(s.qps) > 0 && s.qps[0].Attr().UDPChecksum
 	s.counters(r)
 	return r
 }

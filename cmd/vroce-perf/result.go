@@ -13,26 +13,29 @@ import (
 
 // result is one line of output: perftest's columns, or one JSON object.
 type result struct {
-	Test        string  `json:"test"`
-	Provider    string  `json:"provider"`
-	Bytes       int     `json:"bytes"`
-	Iterations  int     `json:"iterations"`
-	QPs         int     `json:"qps"`
-	MTU         int     `json:"mtu,omitempty"`
-	Seconds     float64 `json:"seconds"`
-	BWPeak      float64 `json:"bw_peak_mibps"`
-	BWAvg       float64 `json:"bw_avg_mibps"`
-	MsgRate     float64 `json:"msg_rate_mpps"`
-	LatMin      float64 `json:"lat_min_us"`
-	LatMax      float64 `json:"lat_max_us"`
-	LatTypical  float64 `json:"lat_typical_us"`
-	LatAvg      float64 `json:"lat_avg_us"`
-	LatStdev    float64 `json:"lat_stdev_us"`
-	LatP99      float64 `json:"lat_p99_us"`
-	LatP999     float64 `json:"lat_p999_us"`
-	Verified    bool    `json:"verified"`
-	Retransmits uint64  `json:"retransmits"`
-	Timeouts    uint64  `json:"timeouts"`
+	Test       string  `json:"test"`
+	Provider   string  `json:"provider"`
+	Bytes      int     `json:"bytes"`
+	Iterations int     `json:"iterations"`
+	QPs        int     `json:"qps"`
+	MTU        int     `json:"mtu,omitempty"`
+	Seconds    float64 `json:"seconds"`
+	BWPeak     float64 `json:"bw_peak_mibps"`
+	BWAvg      float64 `json:"bw_avg_mibps"`
+	MsgRate    float64 `json:"msg_rate_mpps"`
+	LatMin     float64 `json:"lat_min_us"`
+	LatMax     float64 `json:"lat_max_us"`
+	LatTypical float64 `json:"lat_typical_us"`
+	LatAvg     float64 `json:"lat_avg_us"`
+	LatStdev   float64 `json:"lat_stdev_us"`
+	LatP99     float64 `json:"lat_p99_us"`
+	LatP999    float64 `json:"lat_p999_us"`
+	Verified   bool    `json:"verified"`
+	// UDPChecksum: the QPs left the ICRC to the UDP checksum (a vRoCE
+	// peer on a provider that verifies it; verbs tests only).
+	UDPChecksum bool   `json:"udp_checksum,omitempty"`
+	Retransmits uint64 `json:"retransmits"`
+	Timeouts    uint64 `json:"timeouts"`
 	// Transport state at the end: fast retransmissions and tail probes
 	// (selective repeat), the congestion window summed over QPs, SRTT.
 	FastRetransmits uint64 `json:"fast_retransmits"`
@@ -111,7 +114,11 @@ func (r *result) print(w io.Writer, asJSON bool) {
 		}
 		fmt.Fprintf(w, " %s over %s (%s), verified: %v\n", r.Test, r.Provider, mode, r.Verified)
 	} else {
-		fmt.Fprintf(w, " %s over %s, %d QP(s), MTU %d, verified: %v\n", r.Test, r.Provider, r.QPs, r.MTU, r.Verified)
+		icrc := ""
+		if r.UDPChecksum {
+			icrc = ", ICRC left to the UDP checksum"
+		}
+		fmt.Fprintf(w, " %s over %s, %d QP(s), MTU %d, verified: %v%s\n", r.Test, r.Provider, r.QPs, r.MTU, r.Verified, icrc)
 	}
 	if r.Test == "" || r.isLat() {
 		fmt.Fprintf(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec]\n")
