@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,12 +69,11 @@ type Listener struct {
 	tcp     *net.TCPListener // nil in ModeCM
 	cml     *cm.Listener
 	backlog int // the connection manager's max_backlog
-	// openTCP, when set, opens the TCP port once the service answers
-	// probes (start): a client that finds the port open is then never
-	// told that no vRoCE service is there. Serve's bound socket listens
-	// then, and so does Listen's, bound before the device opened, when
-	// its port was given.
-	openTCP   func() error
+	// listenOnStart: tcp is bound and not listening yet, so that a
+	// client that finds the port open is never told that no vRoCE
+	// service is there: start listens on it once the service answers
+	// probes (Listen's own socket in socket mode, or one handed to Serve).
+	listenOnStart bool
 	keepAlive time.Duration
 	queue     chan net.Conn
 	done      chan struct{}
@@ -165,9 +163,7 @@ func (lc *ListenConfig) Serve(ln *net.TCPListener) (net.Listener, error) {
 	}
 	l := lc.newListener("tcp")
 	l.tcp, l.addr = ln, addr
-	if !listening {
-		l.openTCP = func() error { return listenTCPSocket(ln) }
-	}
+	l.listenOnStart = !listening
 	host := addr.IP.String()
 	if addr.IP.IsUnspecified() {
 		host = "" // every address, as Listen's ":port"
@@ -215,17 +211,17 @@ func listenerStack(c stackConfig) (*stack, error) {
 	return st, nil
 }
 
-// start listens on the stack's connection manager, then opens the TCP
-// port if that waits for it (openTCP), and starts accepting; on failure
-// it releases the stack (the TCP listener is its opener's).
+// start listens on the stack's connection manager, then on the TCP
+// socket if that waits for it (listenOnStart), and starts accepting; on
+// failure it releases the stack (the TCP listener is its opener's).
 func (l *Listener) start() error {
 	var err error
 	if l.cml, err = l.st.cm.Listen(uint16(l.addr.Port), l.backlog); err != nil {
 		l.st.unref(false)
 		return err
 	}
-	if l.openTCP != nil {
-		if err := l.openTCP(); err != nil {
+	if l.listenOnStart {
+		if err := listenTCPSocket(l.tcp); err != nil {
 			l.cml.Close()
 			l.st.unref(false)
 			return err
@@ -398,46 +394,31 @@ func boundAddr(ln *net.TCPListener) (*net.TCPAddr, error) {
 	return addr, err
 }
 
-// listenTCP opens the device and the TCP port on the same port number.
-// A port given is bound first (a port another program holds fails here,
-// before the device answers anything), then the device opens, and the
-// TCP port listens only once start has the service answering (openTCP).
-// A port left to the system opens
-// TCP first, to learn the number, which nobody can know before Listen
-// returns; when its UDP twin is taken it tries another.
+// listenTCP opens the device and the TCP port on the same port number:
+// the TCP port is bound first (a port another program holds fails here,
+// before the device answers anything; one left to the system gets its
+// number here), then the device opens on its UDP twin, and the TCP port
+// listens only once start has the service answering. When a port left to
+// the system finds its UDP twin taken, it tries another.
 func (l *Listener) listenTCP(ctx context.Context, lc *ListenConfig, host, portStr string) error {
-	nlc := net.ListenConfig{KeepAlive: lc.KeepAlive}
-	if port, err := strconv.ParseUint(portStr, 10, 16); err == nil && port != 0 {
-		// The TCP port is bound first, so that a port another program
-		// holds fails Listen before the device answers a single probe on
-		// its UDP twin, and listens last (openTCP).
-		ln, err := boundTCPSocket(ctx, l.network, host, int(port))
-		if err != nil {
-			return err
-		}
-		st, err := listenerStack(lc.stackConfig(host, portStr, l.backlog))
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("rsock: the device for TCP port %d: %w", port, err)
-		}
-		l.st, l.tcp, l.addr = st, ln, ln.Addr().(*net.TCPAddr)
-		l.openTCP = func() error { return listenTCPSocket(ln) }
-		return nil
+	port, err := net.DefaultResolver.LookupPort(ctx, l.network, portStr)
+	if err != nil {
+		return err
 	}
 	for try := 0; ; try++ {
-		ln, err := nlc.Listen(ctx, l.network, net.JoinHostPort(host, portStr))
+		ln, err := boundTCPSocket(ctx, l.network, host, port)
 		if err != nil {
 			return err
 		}
-		l.tcp = ln.(*net.TCPListener)
-		l.addr = l.tcp.Addr().(*net.TCPAddr)
-		l.st, err = listenerStack(lc.stackConfig(host, portString(uint16(l.addr.Port)), l.backlog))
+		addr := ln.Addr().(*net.TCPAddr) // bound: a port left to the system has its number
+		st, err := listenerStack(lc.stackConfig(host, portString(uint16(addr.Port)), l.backlog))
 		if err == nil {
+			l.st, l.tcp, l.addr, l.listenOnStart = st, ln, addr, true
 			return nil
 		}
-		l.tcp.Close()
-		if portStr != "0" || try == 16 || !errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("rsock: the device for TCP port %d: %w", l.addr.Port, err)
+		ln.Close()
+		if port != 0 || try == 16 || !errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("rsock: the device for TCP port %d: %w", addr.Port, err)
 		}
 	}
 }
@@ -500,15 +481,6 @@ func (l *Listener) acceptTCP() {
 	defer l.wg.Done()
 	for {
 		c, err := l.tcp.AcceptTCP()
-		if err == nil && l.keepAlive != DefaultKeepAlive {
-			// A socket bound by hand (boundTCPSocket, or one handed to
-			// Serve) keeps Go's default, 15 s, which is ours: any other
-			// asked for is set here, as net.ListenConfig would.
-			c.SetKeepAlive(l.keepAlive > 0)
-			if l.keepAlive > 0 {
-				c.SetKeepAlivePeriod(l.keepAlive)
-			}
-		}
 		if err != nil {
 			select {
 			case <-l.done:
@@ -520,6 +492,15 @@ func (l *Listener) acceptTCP() {
 			}
 			time.Sleep(5 * time.Millisecond) // EMFILE and the like: do not spin
 			continue
+		}
+		if l.keepAlive != DefaultKeepAlive {
+			// A listener from a socket (boundTCPSocket's, or one handed
+			// to Serve) keeps Go's default, 15 s, which is ours: any
+			// other asked for is set here, as net.ListenConfig would.
+			c.SetKeepAlive(l.keepAlive > 0)
+			if l.keepAlive > 0 {
+				c.SetKeepAlivePeriod(l.keepAlive)
+			}
 		}
 		l.wg.Add(1)
 		go l.handshake(c)
