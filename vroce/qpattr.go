@@ -114,8 +114,8 @@ type QPAttr struct {
 	// UDP checksum, and both ends agreed at connection setup to rely on
 	// it: packets go with zeros where the ICRC goes, and none is
 	// checked (wire.Sealer.UDPChecksum). The ICRC is a CRC over every
-	// payload at each end, about a seventh of a CPU at each end of a
-	// stream at MTU 1500, that adds nothing a verified UDP checksum does
+	// payload at each end (160 ns a 1,344-byte packet on a first Zen,
+	// BenchmarkCheckCopy) that adds nothing a verified UDP checksum does
 	// not give. Without it, every packet carries the ICRC rxe computes,
 	// and every packet's is checked.
 	UDPChecksum bool

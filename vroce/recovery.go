@@ -145,14 +145,7 @@ func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued, peerMayHo
 		// until the RTO (117 packets in 40 ms to rxe). So a PTO apart, the
 		// last a quarter RTO before it: at most (RTO * 3/4) / PTO + 1
 		// probes per RTO.
-		floor := l.probeFloor(now)
-		if peerMayHold && floor != 0 {
-			// On a path that lost packets lately the probe stays fast:
-			// one a held ACK makes spurious, the responder reports as a
-			// duplicate, and the path is quiet again (lossSuspected).
-			floor = heldAckProbeFloor
-		}
-		if at := min(now+est.pto(floor)+wait, l.rtoAt-rto/4); at > now {
+		if at := min(now+est.pto(l.probeFloor(now, peerMayHold))+wait, l.rtoAt-rto/4); at > now {
 			l.probeAt = at
 		}
 	}
@@ -231,10 +224,18 @@ func (l *lossRecovery) spurious(resentAt, now int64) bool {
 func (l *lossRecovery) onSpuriousTimeout() { l.backoff = 0 }
 
 // probeFloor is the soonest a loss probe may fire: fast only on a path
-// that lost packets within lossMemory.
-func (l *lossRecovery) probeFloor(now int64) int64 {
-	if l.lossAt != 0 && now-l.lossAt < lossMemory {
+// that lost packets within lossMemory; on a quiet one after
+// quietProbeFloor, or after heldAckProbeFloor when the peer may be
+// holding its ACK for an answer (peerMayHold). On a path that lost
+// packets lately the probe stays fast even then: one a held ACK makes
+// spurious, the responder reports as a duplicate, and the path is quiet
+// again (lossSuspected).
+func (l *lossRecovery) probeFloor(now int64, peerMayHold bool) int64 {
+	switch {
+	case l.lossAt != 0 && now-l.lossAt < lossMemory:
 		return 0
+	case peerMayHold:
+		return heldAckProbeFloor
 	}
 	return quietProbeFloor
 }

@@ -41,7 +41,7 @@ type responder struct {
 	ackOwedAt  int64  // device time it became owed (owesAck)
 	ackedPSN   uint32 // the PSN the last ACK that left acknowledged through
 	// acked: an ACK (or a piggybacked one) has gone into a send batch
-	// since the QP was connected, which toErrorLocked sends again.
+	// since the QP was connected, which sendLastAckLocked sends again.
 	acked     bool
 	asked     int  // requests for an ACK the owed one answers (ackRequested)
 	ackQueued bool // the QP is on the receive batch's ACK list
