@@ -46,51 +46,21 @@ func (p *ackStallPipe) Close() error {
 	return p.pipeProvider.Close()
 }
 
-// A device closed once its program has seen a message arrive still
-// acknowledges it, although the ACK its receive batch had queued never
-// leaves: the sender completes the SEND instead of retrying it against a
-// closed device until it fails.
-func TestClosingAfterAReceiveStillAcknowledgesIt(t *testing.T) {
-	var stall *ackStallPipe
-	a, b := pipeQPsWith(t, func(p *pipeProvider) Provider {
-		if p.addr.Addr().String() != "127.0.0.2" {
-			return p
-		}
-		stall = &ackStallPipe{pipeProvider: p, held: make(chan struct{}), closing: make(chan struct{})}
-		return stall
-	})
-	require.NoError(t, b.qp.PostRecv(RecvWR{ID: 1, SGL: []SGE{b.mr.SGE(0, 64)}}))
-	require.NoError(t, a.qp.PostSend(SendWR{ID: 2, Opcode: WRSend, Flags: SendSignaled, SGL: []SGE{a.mr.SGE(0, 64)}}))
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	wc := make([]WorkCompletion, 1)
-	n, err := b.cq.PollWait(ctx, wc)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Equal(t, WCSuccess, wc[0].Status, "the receive")
-	select {
-	case <-stall.held:
-	case <-ctx.Done():
-		t.Fatal("the receiver sent no ACK")
-	}
-	require.NoError(t, b.dev.Close())
-
-	n, err = a.cq.PollWait(ctx, wc)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Equal(t, uint64(2), wc[0].ID)
-	require.Equal(t, WCSuccess, wc[0].Status, "the SEND the closed device had received")
-}
-
-// A QP destroyed, or moved to RESET, once its program has seen a message
+// A QP that leaves its connection once its program has seen a message
 // arrive still acknowledges it, although the ACK its receive batch had
-// queued never leaves: the sender completes the SEND instead of retrying
-// it against a QP that is gone. (The positive control is the device's
-// close above, the same ACK lost the same way.)
-func TestLeavingTheConnectionAfterAReceiveStillAcknowledgesIt(t *testing.T) {
-	for _, leave := range []string{"destroy", "reset"} {
-		t.Run(leave, func(t *testing.T) {
+// queued never leaves: by its device's close, by Destroy, or by a move
+// to RESET, the sender completes the SEND instead of retrying it against
+// a QP that is gone until it fails.
+func TestLeavingAfterAReceiveStillAcknowledgesIt(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		leave func(b pipeEnd) error
+	}{
+		{"the device closes", func(b pipeEnd) error { return b.dev.Close() }},
+		{"the QP is destroyed", func(b pipeEnd) error { return b.qp.Destroy() }},
+		{"the QP is reset", func(b pipeEnd) error { return b.qp.Modify(&QPAttr{State: QPSReset}, QPAttrState) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			var stall *ackStallPipe
 			a, b := pipeQPsWith(t, func(p *pipeProvider) Provider {
 				if p.addr.Addr().String() != "127.0.0.2" {
@@ -108,16 +78,13 @@ func TestLeavingTheConnectionAfterAReceiveStillAcknowledgesIt(t *testing.T) {
 			n, err := b.cq.PollWait(ctx, wc)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
+			require.Equal(t, WCSuccess, wc[0].Status, "the receive")
 			select {
 			case <-stall.held:
 			case <-ctx.Done():
 				t.Fatal("the receiver sent no ACK")
 			}
-			if leave == "destroy" {
-				require.NoError(t, b.qp.Destroy())
-			} else {
-				require.NoError(t, b.qp.Modify(&QPAttr{State: QPSReset}, QPAttrState))
-			}
+			require.NoError(t, c.leave(b))
 
 			n, err = a.cq.PollWait(ctx, wc)
 			require.NoError(t, err)
