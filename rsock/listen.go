@@ -74,13 +74,13 @@ type Listener struct {
 	// service is there: start listens on it once the service answers
 	// probes (Listen's own socket in socket mode, or one handed to Serve).
 	listenOnStart bool
-	keepAlive time.Duration
-	queue     chan net.Conn
-	done      chan struct{}
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	keepAlive     time.Duration
+	queue         chan net.Conn
+	done          chan struct{}
+	ctx           context.Context
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
+	closeOnce     sync.Once
 	// halfOpen holds a token per RDMA_CM connection accepted and not yet
 	// established: each has a QP, a stream and a goroutine waiting for
 	// the RTU, so at most maxHalfOpen are; further requests wait in the
