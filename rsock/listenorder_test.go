@@ -35,10 +35,7 @@ func init() {
 // is refused (not taken, to be told there is no vRoCE service there);
 // once Listen returns, a dialer that may not fall back gets a stream.
 func TestListenOpensTheTCPPortAfterItsService(t *testing.T) {
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := free.Addr().(*net.TCPAddr)
-	require.NoError(t, free.Close())
+	addr := freeTCPAddr(t, "127.0.0.1")
 
 	type result struct {
 		l   net.Listener
@@ -53,7 +50,7 @@ func TestListenOpensTheTCPPortAfterItsService(t *testing.T) {
 	var once sync.Once
 	open := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(open) // a failure below must not leave Listen waiting
-	_, err = net.DialTCP("tcp", nil, addr)
+	_, err := net.DialTCP("tcp", nil, addr)
 	require.ErrorIs(t, err, syscall.ECONNREFUSED, "the TCP port listened before its device was open")
 	open()
 	r := <-listened
@@ -107,10 +104,7 @@ func TestListenOnATakenPortOpensNoDevice(t *testing.T) {
 // A port given with no host listens on every address, IPv4 and IPv6 on
 // one socket as net.Listen's, and serves plain TCP clients of both.
 func TestListenOnEveryAddressTakesBothFamilies(t *testing.T) {
-	free, err := net.Listen("tcp", ":0")
-	require.NoError(t, err)
-	port := free.Addr().(*net.TCPAddr).Port
-	require.NoError(t, free.Close())
+	port := freeTCPAddr(t, "").Port
 
 	l, err := Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
 	require.NoError(t, err)
@@ -137,10 +131,7 @@ func TestListenKeepAliveReachesPlainTCPClients(t *testing.T) {
 		keepAlive time.Duration
 		want      int
 	}{{-1, 0}, {0, 1}} {
-		free, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := free.Addr().String()
-		require.NoError(t, free.Close())
+		addr := freeTCPAddr(t, "127.0.0.1").String()
 
 		l, err := (&ListenConfig{KeepAlive: c.keepAlive}).Listen(context.Background(), "tcp", addr)
 		require.NoError(t, err)
@@ -165,4 +156,14 @@ func TestListenKeepAliveReachesPlainTCPClients(t *testing.T) {
 		l.Close()
 	}
 	settle(t)
+}
+
+// freeTCPAddr is a TCP address on host with a port nothing listens on
+// (one the system gave a moment ago).
+func freeTCPAddr(t *testing.T, host string) *net.TCPAddr {
+	t.Helper()
+	free, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	require.NoError(t, err)
+	defer free.Close()
+	return free.Addr().(*net.TCPAddr)
 }

@@ -146,9 +146,7 @@ func TestStreamEcho(t *testing.T) {
 }
 
 func TestDialClosedPortIsRefused(t *testing.T) {
-	free, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := free.Addr().String()
-	free.Close()
+	addr := freeTCPAddr(t, "127.0.0.1").String()
 	for _, mode := range []string{ModeSocket, ModeCM} {
 		_, err := (&Dialer{Mode: mode}).Dial("tcp", addr)
 		var op *net.OpError
