@@ -4,9 +4,11 @@ import (
 	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"vroce.dev/vroce/wire"
@@ -93,4 +95,35 @@ func TestLeavingAfterAReceiveStillAcknowledgesIt(t *testing.T) {
 			require.Equal(t, WCSuccess, wc[0].Status, "the SEND the QP had received before it went")
 		})
 	}
+}
+
+// sendCounter is a sinkProvider that counts its Send calls.
+type sendCounter struct {
+	*sinkProvider
+	calls atomic.Int32
+}
+
+func (p *sendCounter) Send(pkts []Packet) error {
+	p.calls.Add(1)
+	return p.sinkProvider.Send(pkts)
+}
+
+// A device closing with many connected QPs sends their last ACKs
+// together, a batch a system call, not one each.
+func TestADeviceClosingSendsItsQPsLastACKsTogether(t *testing.T) {
+	const qps = 100
+	sink := &sendCounter{sinkProvider: &sinkProvider{done: make(chan struct{})}}
+	d, err := OpenWithProvider(sink, Config{})
+	require.NoError(t, err)
+	for range qps {
+		qp, _, _ := rtsQPOn(t, d, MTU1024, true)
+		qp.mu.Lock()
+		qp.resp.acked = true // as if it had acknowledged a request
+		qp.mu.Unlock()
+	}
+	sink.take()
+	before := sink.calls.Load()
+	require.NoError(t, d.Close())
+	assert.Equal(t, qps, acksIn(sink.take()), "every QP's last ACK")
+	assert.LessOrEqual(t, int(sink.calls.Load()-before), (qps+sink.BatchSize()-1)/sink.BatchSize(), "sends for them")
 }

@@ -318,13 +318,17 @@ func (d *Device) fail(err error) {
 	d.events.push(AsyncEvent{Type: EventDeviceFatal, Err: err})
 }
 
-// failQPs moves every QP to the error state, flushing its work requests.
+// failQPs moves every QP to the error state, flushing its work requests;
+// their last ACKs leave together.
 func (d *Device) failQPs() {
+	b := d.getBatch()
 	for _, qp := range d.qpTable.all() {
 		qp.mu.Lock()
-		qp.toErrorLocked()
+		qp.toErrorInto(b)
 		qp.mu.Unlock()
 	}
+	d.transmit(b)
+	d.putBatch(b)
 }
 
 // receive checks one packet and hands it to the QP it is for.

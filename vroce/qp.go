@@ -252,7 +252,7 @@ func (qp *QP) reset() {
 	qp.txSeal, qp.rxSeal = wire.Sealer{}, wire.Sealer{}
 }
 
-// sendLastAckLocked sends, under qp.mu, the ACK for the requests the
+// lastAckLocked puts into out, under qp.mu, the ACK for the requests the
 // responder executed, owed or not, as the QP leaves the connected states
 // (to ERR, to RESET, or destroyed): their completions may have been acted
 // on (a disconnect, whose DREQ would otherwise overtake the ACK owed to
@@ -262,26 +262,41 @@ func (qp *QP) reset() {
 // never hears of them flushes or retries work the peer did. A hardware
 // responder's ACK leaves before the completion is seen. An ACK the peer
 // had already is a duplicate it ignores.
-func (qp *QP) sendLastAckLocked() {
+func (qp *QP) lastAckLocked(out *txBatch) {
 	r := &qp.resp
 	if qp.typ != RC || !r.ackPending && !r.acked || qp.state == QPSErr || qp.state == QPSReset {
 		return
 	}
 	r.ackPending = true
+	qp.sendOwedAckLocked(out)
+}
+
+// sendLastAckLocked sends the QP's last ACK (lastAckLocked) at once.
+func (qp *QP) sendLastAckLocked() {
 	b := qp.dev.getBatch()
-	qp.sendOwedAckLocked(b)
+	qp.lastAckLocked(b)
 	qp.dev.transmit(b)
 	qp.dev.putBatch(b)
 }
 
 // toErrorLocked moves the QP to ERR and flushes every outstanding work
-// request with WCWRFlushErr.
+// request with WCWRFlushErr; its last ACK leaves at once.
 func (qp *QP) toErrorLocked() {
+	b := qp.dev.getBatch()
+	qp.toErrorInto(b)
+	qp.dev.transmit(b)
+	qp.dev.putBatch(b)
+}
+
+// toErrorInto is toErrorLocked with the last ACK put into out, for a
+// caller that moves many QPs at once (Device.failQPs): their ACKs leave
+// in batches, not a system call each.
+func (qp *QP) toErrorInto(out *txBatch) {
 	if qp.state == QPSErr {
 		return
 	}
 	wasReset := qp.state == QPSReset
-	qp.sendLastAckLocked()
+	qp.lastAckLocked(out)
 	qp.state = QPSErr
 	qp.req.flush(qp)
 	qp.resp.release(qp)

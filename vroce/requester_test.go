@@ -61,6 +61,12 @@ func rtsQP(tb testing.TB, p Provider, mtu MTU, piggyback bool) (*QP, *CQ, *MR) {
 	d, err := OpenWithProvider(p, Config{})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { d.Close() })
+	return rtsQPOn(tb, d, mtu, piggyback)
+}
+
+// rtsQPOn is rtsQP on a device already open.
+func rtsQPOn(tb testing.TB, d *Device, mtu MTU, piggyback bool) (*QP, *CQ, *MR) {
+	tb.Helper()
 	pd, err := d.AllocPD()
 	require.NoError(tb, err)
 	cq, err := d.CreateCQ(1024)
