@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 )
 
 // Datagram is a UDP datagram read from a capture file, with the number
-// of its frame (from 1) and the whole frame, its bytes copied out of the
-// reader.
+// of its frame (from 1), where its record starts in the file, when it was
+// captured, and the whole frame, its bytes copied out of the reader.
 type Datagram struct {
-	Frame int
-	Raw   []byte
+	Frame  int
+	Offset int64
+	Time   time.Time
+	Raw    []byte
 	UDPDatagram
 }
 
@@ -31,7 +34,8 @@ func ReadUDP(path string) ([]Datagram, error) {
 	}
 	var out []Datagram
 	for n := 1; ; n++ {
-		frame, _, err := r.Next()
+		at := r.Offset()
+		frame, ts, err := r.Next()
 		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
@@ -43,6 +47,6 @@ func ReadUDP(path string) ([]Datagram, error) {
 		}
 		raw := bytes.Clone(frame)
 		d, _ := DecodeUDP(raw) // the same datagram, in the copy
-		out = append(out, Datagram{Frame: n, Raw: raw, UDPDatagram: d})
+		out = append(out, Datagram{Frame: n, Offset: at, Time: ts, Raw: raw, UDPDatagram: d})
 	}
 }

@@ -28,6 +28,7 @@ type Reader struct {
 	nanos bool
 	snap  uint32
 	buf   []byte
+	off   int64 // bytes read from the file so far
 }
 
 // NewReader reads the file header and returns a Reader positioned at the
@@ -38,7 +39,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if _, err := io.ReadFull(br, h[:]); err != nil {
 		return nil, fmt.Errorf("%w: file header: %v", ErrFormat, err)
 	}
-	rd := &Reader{r: br}
+	rd := &Reader{r: br, off: fileHeaderLen}
 	switch {
 	case binary.LittleEndian.Uint32(h[:]) == magicMicros:
 		rd.order = binary.LittleEndian
@@ -80,11 +81,16 @@ func (rd *Reader) Next() ([]byte, time.Time, error) {
 	if _, err := io.ReadFull(rd.r, rd.buf); err != nil {
 		return nil, time.Time{}, fmt.Errorf("%w: truncated record", ErrFormat)
 	}
+	rd.off += recordHdrLen + int64(n)
 	if !rd.nanos {
 		frac *= 1000
 	}
 	return rd.buf, time.Unix(int64(sec), int64(frac)), nil
 }
+
+// Offset is where the next record starts in the file: its size, once
+// Next has returned io.EOF.
+func (rd *Reader) Offset() int64 { return rd.off }
 
 // Writer writes frames to a capture file with nanosecond timestamps.
 type Writer struct {

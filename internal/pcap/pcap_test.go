@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -92,4 +94,44 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestReadUDPSaysWhereAndWhenEachDatagramWas(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "two.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pcap.NewWriter(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flow := wire.Flow{Src: netip.MustParseAddrPort("10.0.0.1:49152"), Dst: netip.MustParseAddrPort("10.0.0.2:4791")}
+	t0 := time.Unix(1700000000, 5000)
+	var sizes []int
+	for i, n := range []int{16, 40} {
+		payload := make([]byte, n)
+		var hb [wire.MaxHeaderSpace]byte
+		ip, udp, _ := flow.Headers(&hb, n)
+		var eb [14]byte
+		eth := pcap.EthernetHeader(&eb, ip)
+		if err := w.WriteFrame(t0.Add(time.Duration(i)*time.Millisecond), eth, ip, udp, payload); err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(eth)+len(ip)+len(udp)+n)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := pcap.ReadUDP(path)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("read %d datagrams, %v", len(ds), err)
+	}
+	const fileHdr, recordHdr = 24, 16
+	wantOff := []int64{fileHdr, fileHdr + recordHdr + int64(sizes[0])}
+	for i, d := range ds {
+		if d.Offset != wantOff[i] || !d.Time.Equal(t0.Add(time.Duration(i)*time.Millisecond)) {
+			t.Errorf("datagram %d at offset %d, time %v; want %d, %v", i, d.Offset, d.Time, wantOff[i], t0.Add(time.Duration(i)*time.Millisecond))
+		}
+	}
 }

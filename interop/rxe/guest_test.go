@@ -14,12 +14,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"vroce.dev/internal/pcap"
 	"vroce.dev/internal/testkit/netnstest"
 )
 
@@ -158,7 +160,7 @@ func boot(dir string, mtu int) (*guest, error) {
 		"-kernel", filepath.Join(out, "vmlinuz"), "-initrd", filepath.Join(out, "initramfs.cpio.gz"), "-append", kargs,
 		"-netdev", "tap,id=n0,ifname="+g.tap+",script=no,downscript=no,vnet_hdr=off",
 		"-device", "virtio-net-pci,netdev=n0,mac="+guestMAC,
-		"-object", "filter-dump,id=f0,netdev=n0,file="+filepath.Join(dir, "guest.pcap"))
+		"-object", "filter-dump,id=f0,netdev=n0,file="+g.capturePath())
 	g.qemu.Stdout, g.qemu.Stderr = g.console, g.console
 	if err := g.qemu.Start(); err != nil {
 		g.qemu = nil
@@ -286,6 +288,37 @@ func (g *guest) counters(t *testing.T) map[string]int {
 		}
 	}
 	return m
+}
+
+// captureSize is how much of the guest's capture qemu has written.
+func (g *guest) captureSize(t *testing.T) int64 {
+	t.Helper()
+	fi, err := os.Stat(g.capturePath())
+	if err != nil {
+		t.Fatalf("the guest's capture: %v", err)
+	}
+	return fi.Size()
+}
+
+func (g *guest) capturePath() string { return filepath.Join(g.dir, "guest.pcap") }
+
+// judgeRetriesSince judges rxe's retries in the frames qemu captured from
+// offset mark on. qemu writes each frame with one writev, so a read that
+// met one half written meets it whole when it reads again.
+func (g *guest) judgeRetriesSince(mark int64) (retryVerdict, error) {
+	dgs, err := pcap.ReadUDP(g.capturePath())
+	if err != nil {
+		dgs, err = pcap.ReadUDP(g.capturePath())
+	}
+	if err != nil {
+		return retryVerdict{}, err
+	}
+	i := sort.Search(len(dgs), func(i int) bool { return dgs[i].Offset >= mark })
+	mac, err := net.ParseMAC(guestMAC)
+	if err != nil {
+		return retryVerdict{}, err
+	}
+	return judgeRetries(dgs[i:], mac), nil
 }
 
 // host runs vroce-perf in the namespace, with the device on the tap.
