@@ -151,17 +151,7 @@ bench-afxdp: build
 # testdata/fuzz, where every `go test` runs them again (commit them; a
 # file is named for its content, so copying one twice changes nothing).
 fuzz:
-	@cache=$$($(GO) env GOCACHE)/fuzz; \
-	for pkg in $$($(GO) list ./...); do \
-	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
-	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-	    echo "== $$pkg $$t"; \
-	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
-	    if [ -d "$$cache/$$pkg/$$t" ]; then \
-	      mkdir -p "$$dir/testdata/fuzz/$$t" && cp "$$cache/$$pkg/$$t"/* "$$dir/testdata/fuzz/$$t/"; \
-	    fi; \
-	  done; \
-	done
+	GO=$(GO) scripts/fuzz.sh $(FUZZTIME)
 
 clean:
 	rm -rf $(BIN)
