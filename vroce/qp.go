@@ -236,7 +236,7 @@ func (qp *QP) Stats() QPStats {
 	s.ReadPace = int(qp.resp.pace.rate)
 	s.SRTT, s.MinRTT = time.Duration(qp.req.rec.rtt.SRTT), time.Duration(qp.req.rec.rtt.MinRTT)
 	est := qp.req.rec.estimate()
-	s.RTO = time.Duration(est.rto(0, qp.ackTimeout()))
+	s.RTO = time.Duration(est.rto(0, minRTO, qp.ackTimeout()))
 	return s
 }
 

@@ -93,7 +93,7 @@ type QPAttr struct {
 	// as a datagram of its own; a request-reply exchange then sends half
 	// the datagrams. Without it every ACK is an RC_ACKNOWLEDGE, as rxe
 	// expects. A peer that reads them may also hold an ACK it owes up to
-	// 2 ms for its program's answer to carry (ackHold); a QP whose local
+	// 5 ms for its program's answer to carry (ackHold); a QP whose local
 	// ACK timeout (Timeout) is shorter than that resends a request whose
 	// answer is slower, once, and the peer's ACK for the duplicate
 	// leaves at once.

@@ -121,10 +121,16 @@ func (l *lossRecovery) disarm() { l.rtoAt, l.probeAt = 0, 0 }
 // answer (responder.mayHoldAck): then a quiet path's probe waits out
 // the hold (heldAckProbeFloor), or every answer slower than the probe
 // floor would draw a probe, and a resent request, as TCP's loss probe
-// waits out a delayed ACK when one segment is in flight.
+// waits out a delayed ACK when one segment is in flight; its RTO is then
+// at least heldAckRTO, so that the probe, a quarter RTO ahead of it at
+// the latest, can.
 func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued, peerMayHold bool) {
 	est := l.estimate()
-	rto := est.rto(l.backoff, ackTimeout) + wait
+	floor := int64(minRTO)
+	if peerMayHold {
+		floor = heldAckRTO
+	}
+	rto := est.rto(l.backoff, floor, ackTimeout) + wait
 	if ackTimeout > 0 {
 		rto = min(rto, ackTimeout)
 	}

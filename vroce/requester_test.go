@@ -185,24 +185,27 @@ func TestRequesterSendsAWindowAndArmsItsDeadlines(t *testing.T) {
 
 // A request small enough that a peer reading piggybacked ACKs may hold
 // its ACK for the answer (responder.mayHoldAck) probes only once the hold
-// has passed; a larger flight, or a peer that holds nothing (no
-// piggybacked ACKs: rdma_rxe), probes after the quiet floor as before,
-// and a path that lost packets lately probes fast whatever the flight.
+// has passed, and times out later still, so that the probe can wait the
+// hold out; a larger flight, or a peer that holds nothing (no
+// piggybacked ACKs: rdma_rxe), probes after the quiet floor and times
+// out at minRTO as before, and a path that lost packets lately probes
+// fast whatever the flight.
 func TestAProbeWaitsOutTheACKAPeerMayHold(t *testing.T) {
 	for _, c := range []struct {
-		piggyback bool
-		size      int
-		want      int64
+		piggyback          bool
+		size               int
+		wantProbe, wantRTO int64
 	}{
-		{true, 2 << 10, t0 + heldAckProbeFloor}, // two packets: the peer may hold
-		{true, 3 << 10, t0 + quietProbeFloor},   // three: it never holds
-		{false, 1 << 10, t0 + quietProbeFloor},  // no piggybacked ACKs: nothing held
+		{true, 2 << 10, t0 + heldAckProbeFloor, t0 + heldAckRTO}, // two packets: the peer may hold
+		{true, 3 << 10, t0 + quietProbeFloor, t0 + minRTO},       // three: it never holds
+		{false, 1 << 10, t0 + quietProbeFloor, t0 + minRTO},      // no piggybacked ACKs: nothing held
 	} {
 		rb := newBench(t, c.piggyback)
 		rb.write(t, c.size, t0)
 		r := &rb.qp.req
 		assert.Equal(t, c.size>>10, r.sb.inFlight())
-		assert.Equal(t, c.want, r.rec.probeAt, "piggybacked ACKs %v, %d bytes in flight", c.piggyback, c.size)
+		assert.Equal(t, c.wantProbe, r.rec.probeAt, "piggybacked ACKs %v, %d bytes in flight", c.piggyback, c.size)
+		assert.Equal(t, c.wantRTO, r.rec.rtoAt, "piggybacked ACKs %v, %d bytes in flight", c.piggyback, c.size)
 		assert.Less(t, r.rec.probeAt, r.rec.rtoAt, "the probe comes ahead of the RTO")
 	}
 	// A path that lost a packet lately keeps its fast probe, hold or not.

@@ -30,18 +30,24 @@ const (
 	// A flight small enough that the peer may hold its ACK for its
 	// program's answer (ackHold) probes no sooner than the hold and a
 	// quiet floor after it: the first loss of a request that gets no
-	// answer in that time costs 3 ms instead of 1, and an answer that
+	// answer in that time costs 6 ms instead of 1, and an answer that
 	// comes within the hold draws no probe.
 	heldAckProbeFloor = int64(ackHold) + quietProbeFloor
-	lossMemory        = 1_000_000_000
+	// heldAckRTO is the least RTO of such a flight (minRTO for others):
+	// its probe comes at the latest a quarter of the RTO before it
+	// (lossRecovery.arm), and must wait the hold out. A request lost on a
+	// clean path is still repaired by the probe first.
+	heldAckRTO = heldAckProbeFloor * 4 / 3
+	lossMemory = 1_000_000_000
 )
 
-// rto is the retransmission timeout after backoff doublings, at most
-// ceiling (the QP's configured timeout).
-func (e *rttEstimator) rto(backoff int, ceiling int64) int64 {
-	rto := int64(defaultRTO)
+// rto is the retransmission timeout after backoff doublings, at least
+// floor (minRTO, or heldAckRTO) before them and at most ceiling (the
+// QP's configured timeout).
+func (e *rttEstimator) rto(backoff int, floor, ceiling int64) int64 {
+	rto := max(defaultRTO, floor)
 	if e.SRTT > 0 {
-		rto = max(e.Timeout(rttNoise), minRTO)
+		rto = max(e.Timeout(rttNoise), floor)
 	}
 	rto <<= min(backoff, maxBackoff)
 	if ceiling <= 0 {
@@ -56,7 +62,7 @@ func (e *rttEstimator) rto(backoff int, ceiling int64) int64 {
 // was meant to save); never sooner than floor.
 func (e *rttEstimator) pto(floor int64) int64 {
 	if e.SRTT == 0 {
-		return defaultRTO / 2
+		return max(defaultRTO/2, floor)
 	}
 	return max(max(2*e.SRTT, e.SRTT+4*e.RTTVar)+rttNoise, floor)
 }

@@ -126,13 +126,16 @@ func (d *Device) sendDueAcks(rb *rxBatch) {
 // long enough for a program to answer through another process (a proxy
 // writing to its server and reading the reply: a few hundred
 // microseconds on a loaded host, milliseconds with hundreds of streams
-// queued behind one another), and below the retransmission timeout
-// (minRTO). The peer's loss probe waits it out (heldAckProbeFloor).
-// Eight 1 KiB echo streams through two rsock-proxys sent an ACK alone
-// for every message each way when only a turn handed back held them;
-// 200 sent 1.93 datagrams a request each way with a 500 us hold, and
-// 1.5-1.6 with 2 ms.
-const ackHold = 2 * time.Millisecond
+// queued behind one another). The peer's loss probe waits it out
+// (heldAckProbeFloor), and its RTO for such a flight is longer still
+// (heldAckRTO). Eight 1 KiB echo streams through two rsock-proxys sent
+// an ACK alone for every message each way when only a turn handed back
+// held them; 200 sent 1.93 datagrams a request each way with a 500 us
+// hold, 1.5-1.6 with 2 ms and 1.03-1.07 with 5 ms (25,200-27,900
+// requests a second against 22,900-24,400, three interleaved pairs). At
+// 1,000 streams answers take longer still, and a hold that expires
+// teaches the responder not to hold (responder.replies).
+const ackHold = 5 * time.Millisecond
 
 // holdOrSendAck holds the QP's owed ACK for an answer to carry, reporting
 // when it comes due, or sends it into out. *now, when 0, is read from the
