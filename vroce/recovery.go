@@ -123,14 +123,11 @@ func (l *lossRecovery) disarm() { l.rtoAt, l.probeAt = 0, 0 }
 // floor would draw a probe, and a resent request, as TCP's loss probe
 // waits out a delayed ACK when one segment is in flight; its RTO is then
 // at least heldAckRTO, so that the probe, a quarter RTO ahead of it at
-// the latest, can.
+// the latest, can (floors).
 func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued, peerMayHold bool) {
 	est := l.estimate()
-	floor := int64(minRTO)
-	if peerMayHold {
-		floor = heldAckRTO
-	}
-	rto := est.rto(l.backoff, floor, ackTimeout) + wait
+	probeFloor, rtoFloor := l.floors(now, peerMayHold)
+	rto := est.rto(l.backoff, rtoFloor, ackTimeout) + wait
 	if ackTimeout > 0 {
 		rto = min(rto, ackTimeout)
 	}
@@ -151,7 +148,7 @@ func (l *lossRecovery) arm(now, wait, ackTimeout int64, resendsQueued, peerMayHo
 		// until the RTO (117 packets in 40 ms to rxe). So a PTO apart, the
 		// last a quarter RTO before it: at most (RTO * 3/4) / PTO + 1
 		// probes per RTO.
-		if at := min(now+est.pto(l.probeFloor(now, peerMayHold))+wait, l.rtoAt-rto/4); at > now {
+		if at := min(now+est.pto(probeFloor)+wait, l.rtoAt-rto/4); at > now {
 			l.probeAt = at
 		}
 	}
@@ -229,21 +226,23 @@ func (l *lossRecovery) spurious(resentAt, now int64) bool {
 // onSpuriousTimeout undoes a timeout's backoff.
 func (l *lossRecovery) onSpuriousTimeout() { l.backoff = 0 }
 
-// probeFloor is the soonest a loss probe may fire: fast only on a path
-// that lost packets within lossMemory; on a quiet one after
-// quietProbeFloor, or after heldAckProbeFloor when the peer may be
-// holding its ACK for an answer (peerMayHold). On a path that lost
-// packets lately the probe stays fast even then: one a held ACK makes
+// floors are the soonest a loss probe may fire and the least RTO: on a
+// path that lost packets within lossMemory, a fast probe and minRTO; on
+// a quiet one, quietProbeFloor and minRTO, or, when the peer may be
+// holding its ACK for an answer (peerMayHold), heldAckProbeFloor and
+// heldAckRTO, which wait the hold out. On a path that lost packets
+// lately both stay short even then: a probe or timeout a held ACK makes
 // spurious, the responder reports as a duplicate, and the path is quiet
-// again (lossSuspected).
-func (l *lossRecovery) probeFloor(now int64, peerMayHold bool) int64 {
+// again (lossSuspected); on a flight of one or two packets the timeout's
+// collapsed window costs little.
+func (l *lossRecovery) floors(now int64, peerMayHold bool) (probe, rto int64) {
 	switch {
 	case l.lossAt != 0 && now-l.lossAt < lossMemory:
-		return 0
+		return 0, minRTO
 	case peerMayHold:
-		return heldAckProbeFloor
+		return heldAckProbeFloor, heldAckRTO
 	}
-	return quietProbeFloor
+	return quietProbeFloor, minRTO
 }
 
 // lossSuspected notes a resend of psn that a timer made: the path lost

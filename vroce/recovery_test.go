@@ -21,7 +21,8 @@ func TestProbeFloorFollowsTheLossesThePathShows(t *testing.T) {
 	}
 	check := func(what string, now, want int64) {
 		t.Helper()
-		if got := r.rtt.pto(r.probeFloor(now, false)); got != want {
+		floor, _ := r.floors(now, false)
+		if got := r.rtt.pto(floor); got != want {
 			t.Fatalf("%s: probe after %d ns, want %d", what, got, want)
 		}
 	}

@@ -189,7 +189,7 @@ func TestRequesterSendsAWindowAndArmsItsDeadlines(t *testing.T) {
 // hold out; a larger flight, or a peer that holds nothing (no
 // piggybacked ACKs: rdma_rxe), probes after the quiet floor and times
 // out at minRTO as before, and a path that lost packets lately probes
-// fast whatever the flight.
+// fast and times out at minRTO whatever the flight.
 func TestAProbeWaitsOutTheACKAPeerMayHold(t *testing.T) {
 	for _, c := range []struct {
 		piggyback          bool
@@ -213,6 +213,7 @@ func TestAProbeWaitsOutTheACKAPeerMayHold(t *testing.T) {
 	rb.qp.req.rec.lossProven(t0)
 	rb.write(t, 1<<10, t0)
 	assert.Equal(t, t0+100_000+4*50_000+rttNoise, rb.qp.req.rec.probeAt, "SRTT + 4 RTTVAR on a 100 us path")
+	assert.Equal(t, t0+minRTO, rb.qp.req.rec.rtoAt, "and its RTO the floor of any flight")
 }
 
 // With no answer the probe fires a PTO after the send and resends the
