@@ -22,16 +22,29 @@ type Datagram struct {
 
 // ReadUDP reads the capture at path and returns its UDP datagrams,
 // skipping every other frame.
-func ReadUDP(path string) ([]Datagram, error) {
+func ReadUDP(path string) ([]Datagram, error) { return ReadUDPFrom(path, 0) }
+
+// ReadUDPFrom is ReadUDP from the record that starts at offset in the
+// file, skipping those before it without reading them: offset must be
+// where a record starts, such as the file's size taken between two
+// writes of whole records. An offset at or before the first record
+// reads the whole file. Frames are numbered from the first one read.
+func ReadUDPFrom(path string, offset int64) ([]Datagram, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r, err := NewReader(f)
+	var hdr [fileHeaderLen]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return nil, fmt.Errorf("%s: %w: file header: %v", path, ErrFormat, err)
+	}
+	start := max(offset, fileHeaderLen)
+	r, err := NewReader(io.MultiReader(bytes.NewReader(hdr[:]), io.NewSectionReader(f, start, 1<<62)))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	r.off = start
 	var out []Datagram
 	for n := 1; ; n++ {
 		at := r.Offset()

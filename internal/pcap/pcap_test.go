@@ -134,4 +134,12 @@ func TestReadUDPSaysWhereAndWhenEachDatagramWas(t *testing.T) {
 			t.Errorf("datagram %d at offset %d, time %v; want %d, %v", i, d.Offset, d.Time, wantOff[i], t0.Add(time.Duration(i)*time.Millisecond))
 		}
 	}
+	// From the second record's offset, only the second datagram.
+	from, err := pcap.ReadUDPFrom(path, wantOff[1])
+	if err != nil || len(from) != 1 {
+		t.Fatalf("from offset %d: %d datagrams, %v", wantOff[1], len(from), err)
+	}
+	if from[0].Offset != wantOff[1] || !bytes.Equal(from[0].Raw, ds[1].Raw) || !from[0].Time.Equal(ds[1].Time) {
+		t.Errorf("from offset %d: datagram at %d, %d bytes; want the second, %d bytes", wantOff[1], from[0].Offset, len(from[0].Raw), len(ds[1].Raw))
+	}
 }
