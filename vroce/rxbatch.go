@@ -133,8 +133,11 @@ func (d *Device) sendDueAcks(rb *rxBatch) {
 // held them; 200 sent 1.93 datagrams a request each way with a 500 us
 // hold, 1.5-1.6 with 2 ms and 1.03-1.07 with 5 ms (25,200-27,900
 // requests a second against 22,900-24,400, three interleaved pairs). At
-// 1,000 streams answers take longer still, and a hold that expires
-// teaches the responder not to hold (responder.replies).
+// 1,000 streams and more answers take longer still: a hold that expires
+// stops the holding only until the program's next answer
+// (responder.replies), so there nearly every hold waits in vain, as it
+// did at 2 ms; learning from how soon the answer came instead cost more
+// datagrams at 200 than it saved (docs/performance-history.md).
 const ackHold = 5 * time.Millisecond
 
 // holdOrSendAck holds the QP's owed ACK for an answer to carry, reporting
