@@ -131,8 +131,8 @@ func (d *Device) sendDueAcks(rb *rxBatch) {
 // (heldAckRTO). Eight 1 KiB echo streams through two rsock-proxys sent
 // an ACK alone for every message each way when only a turn handed back
 // held them; 200 sent 1.93 datagrams a request each way with a 500 us
-// hold, 1.5-1.6 with 2 ms and 1.03-1.07 with 5 ms (25,200-27,900
-// requests a second against 22,900-24,400, three interleaved pairs). At
+// hold, 1.53-1.59 with 2 ms and 1.06-1.12 with 5 ms (22,800-23,900
+// requests a second against 21,500-22,700, three interleaved pairs). At
 // 1,000 streams and more answers take longer still: a hold that expires
 // stops the holding only until the program's next answer
 // (responder.replies), so there nearly every hold waits in vain, as it
