@@ -303,6 +303,9 @@ func (r *requester) armTimers(qp *QP, now int64) {
 		// pacer stopped must still be woken.
 		r.rec.disarm()
 	} else {
+		// The peer's rule for holding an ACK (responder.mayHoldAck), as
+		// far as this end can see it: the rest (whether its program
+		// answers, SACK blocks to report) it cannot.
 		peerMayHold := qp.attr.PiggybackACK && r.sb.inFlight() <= holdMaxPackets
 		r.rec.arm(now, qp.dev.sched.allowance(now), qp.ackTimeout(), r.sb.lostCount > 0, peerMayHold)
 	}
