@@ -235,8 +235,12 @@ func (qp *QP) Stats() QPStats {
 	s.HeldBytes = qp.resp.heldBytes
 	s.ReadPace = int(qp.resp.pace.rate)
 	s.SRTT, s.MinRTT = time.Duration(qp.req.rec.rtt.SRTT), time.Duration(qp.req.rec.rtt.MinRTT)
-	est := qp.req.rec.estimate()
-	s.RTO = time.Duration(est.rto(0, minRTO, qp.ackTimeout()))
+	// The floor a packet sent now would be timed by (the flight it
+	// joins, the path's recent losses), as lossRecovery.arm takes it.
+	r := &qp.req
+	_, floor := r.rec.floors(qp.dev.now(), r.peerMayHold(qp, r.sb.inFlight()+1))
+	est := r.rec.estimate()
+	s.RTO = time.Duration(est.rto(0, floor, qp.ackTimeout()))
 	return s
 }
 

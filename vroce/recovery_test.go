@@ -194,12 +194,17 @@ func TestAnUnansweredFreshQPRaisesItsPeersRTT(t *testing.T) {
 }
 
 // The RTO a QP's Stats report is the timeout its next packet gets: on
-// the bench's 100 us path, the floor; on a path measured at 40 ms, the
-// estimate's, above it (rsock keeps a finished stream's QP for four of
-// them, for the peer's repeated FIN).
+// the bench's 100 us path, the floor (heldAckRTO for a request the peer
+// may hold its ACK for, with piggybacked ACKs); on a path measured at 40
+// ms, the estimate's, above it (rsock keeps a finished stream's QP for
+// four of them, for the peer's repeated FIN).
 func TestStatsReportTheRTOTheNextPacketGets(t *testing.T) {
-	for _, rtt := range []int64{100_000, 40_000_000} {
-		rb := newRequesterBench(t)
+	for _, c := range []struct {
+		rtt       int64
+		piggyback bool
+	}{{100_000, false}, {40_000_000, false}, {100_000, true}, {40_000_000, true}} {
+		rtt := c.rtt
+		rb := newBench(t, c.piggyback)
 		rb.qp.mu.Lock()
 		rb.qp.req.rec.rtt = rttEstimator{}
 		rb.qp.req.rec.sample(rtt)
@@ -210,7 +215,7 @@ func TestStatsReportTheRTOTheNextPacketGets(t *testing.T) {
 		rb.qp.mu.Lock()
 		armed := rb.qp.req.rec.armedRTO
 		rb.qp.mu.Unlock()
-		assert.Equal(t, time.Duration(armed), reported, "an RTT of %v", time.Duration(rtt))
+		assert.Equal(t, time.Duration(armed), reported, "an RTT of %v, piggybacked ACKs %v", time.Duration(rtt), c.piggyback)
 		assert.Greater(t, reported, time.Duration(rtt), "an RTT of %v", time.Duration(rtt))
 		assert.GreaterOrEqual(t, reported, time.Duration(minRTO), "an RTT of %v", time.Duration(rtt))
 	}

@@ -303,13 +303,16 @@ func (r *requester) armTimers(qp *QP, now int64) {
 		// pacer stopped must still be woken.
 		r.rec.disarm()
 	} else {
-		// The peer's rule for holding an ACK (responder.mayHoldAck), as
-		// far as this end can see it: the rest (whether its program
-		// answers, SACK blocks to report) it cannot.
-		peerMayHold := qp.attr.PiggybackACK && r.sb.inFlight() <= holdMaxPackets
-		r.rec.arm(now, qp.dev.sched.allowance(now), qp.ackTimeout(), r.sb.lostCount > 0, peerMayHold)
+		r.rec.arm(now, qp.dev.sched.allowance(now), qp.ackTimeout(), r.sb.lostCount > 0, r.peerMayHold(qp, r.sb.inFlight()))
 	}
 	r.schedule(qp)
+}
+
+// peerMayHold is the peer's rule for holding an ACK (responder.mayHoldAck)
+// for a flight of n packets, as far as this end can see it: the rest
+// (whether its program answers, SACK blocks to report) it cannot.
+func (r *requester) peerMayHold(qp *QP, n int) bool {
+	return qp.attr.PiggybackACK && n <= holdMaxPackets
 }
 
 // schedule asks the device timer for the earliest deadline; with none
